@@ -1,0 +1,1 @@
+"""Training on top of the SCOPE env API: single-simulator RL, VS, co-training, population co-training."""

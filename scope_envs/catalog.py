@@ -1,0 +1,13 @@
+"""The environments SCOPE ships, registered with Gymnasium when `scope_envs` is imported."""
+
+from __future__ import annotations
+
+from scope_envs.core.registration import register_dialogue_env
+
+# (name, "module:DialogueEnvClass", one-line description); each module stays importable without extras.
+BUILTIN: tuple[tuple[str, str, str], ...] = ()
+
+
+def register_all() -> None:
+    for name, entry_point, description in BUILTIN:
+        register_dialogue_env(name, entry_point, description)

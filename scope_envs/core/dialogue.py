@@ -1,0 +1,350 @@
+"""`DialogueEnv`: turn-based two-party dialogue as a PettingZoo `ParallelEnv`.
+
+The env never calls a language model. It keeps one conversation, renders each side's own view
+(its system prompt, its own turns as `assistant`, the other side's as `user`, its tool results as
+`tool`) and consumes the reply of whichever side is to speak. A subclass supplies the scenario,
+the tools, the end-of-conversation rules and the rewards; everything else lives here:
+
+* a tool call is executed by the subclass and answered to the same side, which keeps the turn;
+  a malformed call, an unknown tool or arguments that break the tool's schema are answered with
+  a tool error and counted against an error budget, never raised;
+* `terminated` is the conversation ending by its own rules (`end_reason`); `truncated` is a
+  limit: turns, error budget, tool calls in one turn, context budget, or a policy failure
+  reported through `abort`;
+* rewards are per side and terminal, with a per-component breakdown in `info[side]["reward_info"]`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+from abc import abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+from gymnasium.utils import seeding
+from pettingzoo import ParallelEnv
+
+from scope_envs.core.actions import parse_action
+from scope_envs.core.chat import Message, ToolCall, tool_name
+from scope_envs.core.render import render_transcript, render_view
+from scope_envs.core.spaces import UnicodeText
+from scope_envs.core.tools import ToolError, validate_arguments
+
+AGENT = "agent"
+USER = "user"
+SIDES = (AGENT, USER)
+KNOWN_OPTIONS = frozenset({"task_id", "split"})
+
+
+Transition = tuple[dict[str, str], dict[str, float], dict[str, bool], dict[str, bool], dict[str, dict[str, Any]]]
+
+
+def other_side(side: str) -> str:
+    return USER if side == AGENT else AGENT
+
+
+@dataclass
+class Scenario:
+    """Everything `reset` decides: who the two sides are and what they know.
+
+    `opening` holds turns spoken before the first step (for example a fixed greeting), as
+    `(side, text)` pairs; `data` holds what the subclass needs later (a task, personas).
+    """
+
+    scenario_id: str
+    system_prompts: dict[str, str]
+    tools: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    first_speaker: str = AGENT
+    opening: Sequence[tuple[str, str]] = ()
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Reward:
+    """A side's terminal reward and the components it was computed from."""
+
+    value: float
+    components: Mapping[str, float] = field(default_factory=dict)
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_info(self) -> dict[str, Any]:
+        return {"reward": float(self.value), "components": dict(self.components), **copy.deepcopy(dict(self.details))}
+
+
+@dataclass(frozen=True)
+class EpisodeEnd:
+    """Why an episode ended. `terminated` is False for every limit (a truncation)."""
+
+    reason: str
+    terminated: bool
+    detail: str = ""
+
+
+def estimate_tokens(messages: Sequence[Message]) -> int:
+    """A tokenizer-free estimate (about four characters a token) used for the context budget."""
+    chars = 0
+    for message in messages:
+        chars += len(message.text) + 16
+        for call in message.tool_calls:
+            chars += len(call.name) + len(call.arguments)
+    return chars // 4
+
+
+class DialogueEnv(ParallelEnv[str, str, Any]):
+    """Base class of every SCOPE environment. See the module docstring for the contract."""
+
+    metadata: ClassVar[dict[str, Any]] = {
+        "name": "dialogue_v0",
+        "render_modes": ["ansi", "human"],
+        "is_parallelizable": True,
+    }
+    # Import paths ("module:Class") of the rule-based policies that `"scripted"` builds, per side.
+    scripted_policies: ClassVar[dict[str, str]] = {}
+
+    def __init__(
+        self,
+        *,
+        max_turns: int = 30,
+        max_errors: int = 10,
+        max_tool_calls_per_turn: int = 32,
+        max_context_tokens: int | None = 128_000,
+        count_tokens: Callable[[Sequence[Message]], int] = estimate_tokens,
+        render_mode: str | None = None,
+    ) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.possible_agents = list(SIDES)
+        self.agents: list[str] = []
+        self.max_turns = max_turns
+        self.max_errors = max_errors
+        self.max_tool_calls_per_turn = max_tool_calls_per_turn
+        self.max_context_tokens = max_context_tokens
+        self.count_tokens = count_tokens
+        self.render_mode = render_mode
+        self._observation_spaces = {side: UnicodeText() for side in SIDES}
+        self._action_spaces = {side: UnicodeText() for side in SIDES}
+        self._np_random: np.random.Generator | None = None
+        self._np_random_seed: int | None = None
+        self.scenario: Scenario | None = None
+        self.to_speak: str | None = None
+        self.end: EpisodeEnd | None = None
+
+    # ---- what a subclass provides ------------------------------------------------------------
+
+    @abstractmethod
+    def load_scenario(self, rng: np.random.Generator, options: Mapping[str, Any]) -> Scenario:
+        """Chooses the scenario from `options` (`task_id`, `split`) or else by `rng`."""
+
+    def call_tool(self, side: str, call: ToolCall) -> str:
+        """Executes a validated call of one of `side`'s tools; raise `ToolError` for a tool-level error."""
+        raise ToolError(f"'{call.name}' has no implementation in {type(self).__name__}")
+
+    def end_reason(self, side: str, message: Message) -> str | None:
+        """After a text turn: the reason the conversation ends by its own rules, or None."""
+        return None
+
+    @abstractmethod
+    def compute_rewards(self, end: EpisodeEnd) -> dict[str, Reward]:
+        """Each side's terminal reward, computed once when the episode ends (terminated or truncated)."""
+
+    # ---- PettingZoo API ------------------------------------------------------------------------
+
+    def observation_space(self, agent: str) -> UnicodeText:
+        return self._observation_spaces[agent]
+
+    def action_space(self, agent: str) -> UnicodeText:
+        return self._action_spaces[agent]
+
+    @property
+    def np_random(self) -> np.random.Generator:
+        if self._np_random is None:
+            self._np_random, self._np_random_seed = seeding.np_random()
+        return self._np_random
+
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+        if seed is not None:
+            self._np_random, self._np_random_seed = seeding.np_random(seed)
+        options = dict(options or {})
+        unknown = set(options) - KNOWN_OPTIONS - set(self.extra_options)
+        if unknown:
+            warnings.warn(f"{type(self).__name__}.reset ignores unknown options {sorted(unknown)}", stacklevel=2)
+        scenario = self.load_scenario(self.np_random, options)
+        self.scenario = scenario
+        self.agents = list(SIDES)
+        self.views = {side: [Message("system", scenario.system_prompts.get(side, ""))] for side in SIDES}
+        self.log: list[tuple[str, Message]] = []  # every message in order, for render()
+        self.turns = 0
+        self.errors = 0
+        self.tool_calls_this_turn = 0
+        self.end = None
+        self.to_speak = scenario.first_speaker
+        for side, text in scenario.opening:
+            self._speak(side, Message("assistant", text))
+        return {side: self._observe(side) for side in SIDES}, {side: self._info(side) for side in SIDES}
+
+    extra_options: ClassVar[tuple[str, ...]] = ()
+
+    def step(self, actions: Mapping[str, Any]) -> Transition:
+        """Consumes the action of the side to speak; the other side's action is ignored."""
+        if self.end is not None or self.scenario is None:
+            raise RuntimeError("the episode is over (or never started): call reset() before step()")
+        speaker = self.to_speak
+        assert speaker is not None
+        if speaker not in actions:
+            raise ValueError(f"it is {speaker!r}'s turn but actions has no entry for it (got {sorted(actions)})")
+        event = self._consume(speaker, actions[speaker])
+        if self.end is None:
+            self._check_limits()
+        return self._transition({speaker: event})
+
+    def abort(self, reason: str, detail: str = "") -> Transition:
+        """Ends the running episode as a truncation, e.g. when a policy could not produce a reply."""
+        if self.end is not None or self.scenario is None:
+            raise RuntimeError("the episode is over (or never started): nothing to abort")
+        self.end = EpisodeEnd(reason, terminated=False, detail=detail)
+        return self._transition({})
+
+    def render(self) -> str | None:
+        text = render_transcript(self.log) if self.scenario is not None else ""
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
+
+    def close(self) -> None:
+        pass
+
+    # ---- conversation ---------------------------------------------------------------------------
+
+    def view(self, side: str) -> list[Message]:
+        """`side`'s own view of the conversation (a copy)."""
+        return list(self.views[side])
+
+    def tools(self, side: str) -> list[dict[str, Any]]:
+        assert self.scenario is not None
+        return self.scenario.tools.get(side, [])
+
+    def _consume(self, speaker: str, action: Any) -> dict[str, Any]:
+        parsed = parse_action(action)
+        event: dict[str, Any] = {"warnings": list(parsed.warnings)} if parsed.warnings else {}
+        if parsed.message is None:
+            self.errors += 1
+            return {**event, "event": "invalid_action", "error": parsed.invalid}
+        message = parsed.message
+        if not message.tool_calls:
+            self._speak(speaker, message)
+            reason = self.end_reason(speaker, message)
+            if reason is not None:
+                self.end = EpisodeEnd(reason, terminated=True)
+            return {**event, "event": "message"}
+        calls = tuple(
+            call if call.id else ToolCall(call.name, call.arguments, id=f"call_{len(self.log)}_{index}")
+            for index, call in enumerate(message.tool_calls)
+        )
+        message = Message("assistant", message.content, tool_calls=calls, extra=message.extra)
+        self.views[speaker].append(message)
+        self.log.append((speaker, message))
+        results = []
+        for index, call in enumerate(calls):
+            error = parsed.call_errors.get(index) or self._check_call(speaker, call)
+            if error is None:
+                output, error = self._execute(speaker, call)
+            else:
+                output = f"Error: {error}"
+            if error is not None:
+                self.errors += 1
+            reply = Message("tool", output, tool_call_id=call.id, name=call.name)
+            self.views[speaker].append(reply)
+            self.log.append((speaker, reply))
+            results.append({"name": call.name, "id": call.id, "error": error})
+        self.tool_calls_this_turn += len(calls)
+        return {**event, "event": "tool_calls", "tool_results": results}
+
+    def _check_call(self, side: str, call: ToolCall) -> str | None:
+        schemas = {tool_name(schema): schema for schema in self.tools(side)}
+        if call.name not in schemas:
+            available = ", ".join(sorted(schemas)) or "none"
+            return f"unknown tool '{call.name}'. Available tools: {available}."
+        return validate_arguments(schemas[call.name], call.args)
+
+    def _execute(self, side: str, call: ToolCall) -> tuple[str, str | None]:
+        try:
+            output = self.call_tool(side, call)
+        except ToolError as error:
+            return f"Error: {error}", str(error)
+        except Exception as error:  # a failing tool is the episode's problem, not the caller's crash
+            message = f"tool '{call.name}' failed: {type(error).__name__}: {error}"
+            return f"Error: {message}", message
+        return output if isinstance(output, str) else json.dumps(output, ensure_ascii=False, default=str), None
+
+    def _speak(self, speaker: str, message: Message) -> None:
+        """A text turn: the speaker's own view gets it as assistant, the other side's as user."""
+        self.views[speaker].append(message)
+        self.views[other_side(speaker)].append(Message("user", message.text))
+        self.log.append((speaker, message))
+        self.turns += 1
+        self.tool_calls_this_turn = 0
+        self.to_speak = other_side(speaker)
+
+    def _check_limits(self) -> None:
+        if self.errors > self.max_errors:
+            self.end = EpisodeEnd("error_budget", terminated=False, detail=f"{self.errors} errors > {self.max_errors}")
+        elif self.tool_calls_this_turn > self.max_tool_calls_per_turn:
+            self.end = EpisodeEnd(
+                "tool_call_budget", terminated=False, detail=f"{self.tool_calls_this_turn} tool calls in one turn"
+            )
+        elif self.max_context_tokens is not None and any(
+            self.count_tokens(self.views[side]) > self.max_context_tokens for side in SIDES
+        ):
+            self.end = EpisodeEnd(
+                "context_budget", terminated=False, detail=f"a view exceeds {self.max_context_tokens} tokens"
+            )
+        elif self.turns >= self.max_turns:
+            self.end = EpisodeEnd("max_turns", terminated=False, detail=f"{self.turns} turns")
+
+    def _transition(self, events: dict[str, dict[str, Any]]) -> Transition:
+        rewards = dict.fromkeys(SIDES, 0.0)
+        done = self.end is not None
+        reward_info: dict[str, Reward] = {}
+        if done:
+            assert self.end is not None
+            reward_info = self.compute_rewards(self.end)
+            rewards = {side: float(reward_info[side].value) for side in SIDES}
+            self.to_speak = None
+            self.agents = []
+        observations = {side: self._observe(side) for side in SIDES}
+        infos = {side: self._info(side) for side in SIDES}
+        for side, event in events.items():
+            infos[side].update(copy.deepcopy(event))
+        if done:
+            assert self.end is not None
+            for side in SIDES:
+                infos[side]["end_reason"] = self.end.reason
+                if self.end.detail:
+                    infos[side]["end_detail"] = self.end.detail
+                infos[side]["reward_info"] = reward_info[side].to_info()
+        terminated = dict.fromkeys(SIDES, done and self.end.terminated)  # type: ignore[union-attr]
+        truncated = dict.fromkeys(SIDES, done and not self.end.terminated)  # type: ignore[union-attr]
+        if self.render_mode == "human":
+            self.render()
+        return observations, rewards, terminated, truncated, infos
+
+    def _observe(self, side: str) -> str:
+        return render_view(self.views[side])
+
+    def _info(self, side: str) -> dict[str, Any]:
+        assert self.scenario is not None
+        return {
+            "to_speak": self.to_speak,
+            "messages": [message.to_openai() for message in self.views[side]],
+            "tools": copy.deepcopy(self.tools(side)),
+            "scenario_id": self.scenario.scenario_id,
+            "turn": self.turns,
+            "errors": self.errors,
+        }

@@ -1,0 +1,148 @@
+"""The simulator contract: a stateless chat policy that maps a view to a `Reply`.
+
+A `Simulator` plays either side of a conversation: a user simulator, or an agent policy. It
+holds no conversation state (the env owns the conversation). Subclasses implement `respond` or
+`arespond` (or both); the other and the batched forms are derived:
+
+* `respond` from `arespond` runs the coroutine to completion;
+* `arespond` from `respond` runs it in a worker thread;
+* `respond_batch` gathers `arespond` concurrently when the subclass has a native async form
+  (API clients), and otherwise answers one view after the other (local models override it with
+  real batched generation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from scope_envs.core.chat import Message, ToolCall, as_message
+from scope_envs.core.policy import PolicyError
+
+View = Sequence[Mapping[str, Any] | Message]
+Tools = Sequence[Mapping[str, Any]] | None
+
+
+class SimulatorError(PolicyError):
+    """A simulator could not produce a usable reply; envs turn it into a truncation."""
+
+
+@dataclass
+class Usage:
+    """Token usage and cost of one or more replies."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.cost_usd + other.cost_usd,
+        )
+
+
+@dataclass
+class Reply:
+    """What a simulator said: text and/or tool calls, and, for trainable local models, the
+    generated token ids with their sampling log-probabilities."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    usage: Usage | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_message(self) -> Message:
+        content = self.text if (self.text or not self.tool_calls) else None
+        return Message("assistant", content, tool_calls=tuple(self.tool_calls))
+
+    @classmethod
+    def coerce(cls, value: Any) -> Reply:
+        """A `Reply` from a `Reply`, text, a `Message` or an OpenAI message dict."""
+        if isinstance(value, Reply):
+            return value
+        if isinstance(value, str):
+            return cls(text=value)
+        if isinstance(value, (Message, Mapping)):
+            message = as_message(value)
+            return cls(text=message.text, tool_calls=message.tool_calls)
+        raise TypeError(f"a simulator must reply with text, a Message or a Reply, got {type(value).__name__}")
+
+
+def as_messages(messages: View) -> list[Message]:
+    return [as_message(m) for m in messages]
+
+
+def run_sync(coroutine: Any) -> Any:
+    """Runs a coroutine to completion from synchronous code, even inside a running event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    result: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["value"] = asyncio.run(coroutine)
+        except BaseException as error:  # re-raised in the caller's thread
+            result["error"] = error
+
+    thread = threading.Thread(target=target, name="scope-run-sync")
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+class Simulator:
+    """Base class of every chat policy; see the module docstring."""
+
+    #: True when the same view, tools and seed always give the same reply.
+    deterministic: bool = False
+    name: str = "simulator"
+
+    def respond(self, messages: View, tools: Tools = None, *, seed: int | None = None) -> Reply:
+        if type(self).arespond is Simulator.arespond:
+            raise NotImplementedError(f"{type(self).__name__} must implement respond() or arespond()")
+        return run_sync(self.arespond(messages, tools, seed=seed))
+
+    async def arespond(self, messages: View, tools: Tools = None, *, seed: int | None = None) -> Reply:
+        if type(self).respond is Simulator.respond:
+            raise NotImplementedError(f"{type(self).__name__} must implement respond() or arespond()")
+        return await asyncio.to_thread(self.respond, messages, tools, seed=seed)
+
+    def respond_batch(
+        self, batch: Sequence[View], tools: Sequence[Tools] | None = None, *, seeds: Sequence[int | None] | None = None
+    ) -> list[Reply]:
+        """One reply per view; `tools` and `seeds` are per view (or None for all)."""
+        tool_list = list(tools) if tools is not None else [None] * len(batch)
+        seed_list = list(seeds) if seeds is not None else [None] * len(batch)
+        if not (len(tool_list) == len(seed_list) == len(batch)):
+            raise ValueError("batch, tools and seeds must have the same length")
+        if type(self).arespond is not Simulator.arespond:
+            return run_sync(self.arespond_batch(batch, tool_list, seeds=seed_list))
+        return [self.respond(m, t, seed=s) for m, t, s in zip(batch, tool_list, seed_list, strict=True)]
+
+    async def arespond_batch(
+        self, batch: Sequence[View], tools: Sequence[Tools] | None = None, *, seeds: Sequence[int | None] | None = None
+    ) -> list[Reply]:
+        tool_list = list(tools) if tools is not None else [None] * len(batch)
+        seed_list = list(seeds) if seeds is not None else [None] * len(batch)
+        return list(
+            await asyncio.gather(
+                *(self.arespond(m, t, seed=s) for m, t, s in zip(batch, tool_list, seed_list, strict=True))
+            )
+        )
+
+    def close(self) -> None:
+        """Releases clients or models; the default holds nothing."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"

@@ -1,0 +1,38 @@
+import json
+import subprocess
+import sys
+
+from baselines.cli import main
+
+
+def test_envs_lists_registered_environments(helpdesk_ids, capsys):
+    assert main(["envs"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if "TestHelpdesk" in line)
+    assert (
+        line.startswith("scope/TestHelpdesk-v0")
+        and "order-support test env" in line
+        and "scope/TestHelpdesk-User-v0" in line
+    )
+
+
+def test_play_prints_transcripts_and_json(helpdesk_ids, capsys):
+    assert main(["play", "TestHelpdesk", "--episodes", "2", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        out.count("=== episode") == 2
+        and "agent: Hi! How can I help you today?" in out
+        and "terminated: user_stop" in out
+    )
+    assert main(["play", "scope/TestHelpdesk-v0", "--task-id", "cancel-1003", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["scenario_id"] == "cancel-1003" and record["rewards"] == {"agent": 1.0, "user": 1.0}
+
+
+def test_unknown_env_is_a_clear_error(capsys):
+    assert main(["play", "Nope"]) == 2
+    assert "scope envs" in capsys.readouterr().err
+
+
+def test_console_script_is_installed():
+    result = subprocess.run([sys.executable, "-m", "baselines.cli", "envs"], capture_output=True, text=True, check=True)
+    assert result.returncode == 0
