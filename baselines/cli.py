@@ -29,6 +29,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     play.add_argument("--task-id", default=None)
     play.add_argument("--split", default=None)
     play.add_argument("--json", action="store_true", help="print one JSON object per episode instead of transcripts")
+    play.add_argument(
+        "--env-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a constructor argument of the env, e.g. termination=wait (JSON values are parsed); repeatable",
+    )
 
     args = parser.parse_args(argv)
     if args.command == "envs":
@@ -59,7 +66,8 @@ def _play(args: argparse.Namespace) -> int:
         print(f"unknown environment {args.env!r}; `scope envs` lists them", file=sys.stderr)
         return 2
     env_cls = import_object(REGISTERED[name].entry_point)
-    envs = [env_cls() for _ in range(args.episodes)]
+    env_kwargs = dict(_key_value(item) for item in args.env_arg)
+    envs = [env_cls(**env_kwargs) for _ in range(args.episodes)]
     options = {key: value for key, value in (("task_id", args.task_id), ("split", args.split)) if value is not None}
     results = run_episodes(envs, {"agent": args.agent, "user": args.simulator}, seeds=args.seed, options=options)
     for result in results:
@@ -83,6 +91,16 @@ def _play(args: argparse.Namespace) -> int:
         print(f"--- {ended}: {result.end_reason} after {result.turns} turns; rewards {result.rewards}")
         print(f"    agent reward breakdown: {result.reward_info['agent']['components']}\n")
     return 0
+
+
+def _key_value(item: str) -> tuple[str, object]:
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--env-arg expects KEY=VALUE, got {item!r}")
+    try:
+        return key, json.loads(raw)
+    except json.JSONDecodeError:
+        return key, raw
 
 
 if __name__ == "__main__":

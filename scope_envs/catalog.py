@@ -5,7 +5,9 @@ from __future__ import annotations
 from scope_envs.core.registration import register_dialogue_env
 
 # (name, "module:DialogueEnvClass", one-line description); each module stays importable without extras.
-BUILTIN: tuple[tuple[str, str, str], ...] = ()
+BUILTIN: tuple[tuple[str, str, str], ...] = (
+    ("P4G", "scope_envs.p4g.env:P4GEnv", "Persuasion for Good: persuade the user to donate part of a $2 payment"),
+)
 
 
 def register_all() -> None:

@@ -52,7 +52,8 @@ class Scenario:
     """Everything `reset` decides: who the two sides are and what they know.
 
     `opening` holds turns spoken before the first step (for example a fixed greeting), as
-    `(side, text)` pairs; `data` holds what the subclass needs later (a task, personas).
+    `(side, text)` pairs; `data` holds what the subclass needs later (a task, personas);
+    `metadata` is shown to both sides' callers as `info[side]["scenario"]` (split, data source).
     """
 
     scenario_id: str
@@ -61,6 +62,7 @@ class Scenario:
     first_speaker: str = AGENT
     opening: Sequence[tuple[str, str]] = ()
     data: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -345,6 +347,7 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
             "messages": [message.to_openai() for message in self.views[side]],
             "tools": copy.deepcopy(self.tools(side)),
             "scenario_id": self.scenario.scenario_id,
+            "scenario": copy.deepcopy(self.scenario.metadata),
             "turn": self.turns,
             "errors": self.errors,
         }
