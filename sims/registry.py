@@ -11,7 +11,10 @@ from sims.scripted import FunctionSimulator
 
 # prefix -> factory, or "module:attribute" of a factory imported on first use (keeps optional
 # dependencies such as API clients or torch out of `import sims`).
-BACKENDS: dict[str, Callable[..., Simulator] | str] = {}
+BACKENDS: dict[str, Callable[..., Simulator] | str] = {
+    "openai": "sims.openai_backend:OpenAISimulator",
+    "anthropic": "sims.anthropic_backend:AnthropicSimulator",
+}
 
 
 def register_backend(prefix: str, factory: Callable[..., Simulator] | str) -> None:

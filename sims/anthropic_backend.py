@@ -1,0 +1,156 @@
+"""`anthropic:MODEL`: the Anthropic messages API over the official `anthropic` client.
+
+The OpenAI-format view is converted: system messages become the `system` field, tool calls
+`tool_use` blocks, tool results `tool_result` blocks in a user turn, consecutive turns of one role
+are merged, and a view that opens with no user turn (this side speaks first) gets a short user
+turn saying so, as the API requires one. The messages API has no `seed`; it is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from scope_envs.core.chat import ToolCall
+from sims.api import APISimulator
+from sims.base import Reply, SimulatorError, Usage
+from sims.retry import RETRYABLE_STATUS, RetryableError, retry_after_seconds
+
+OPENING_TURN = "(The conversation begins. You speak first.)"
+
+
+def to_anthropic(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """`(system, messages)` in Anthropic's format from OpenAI-format messages."""
+    system_parts: list[str] = []
+    turns: list[dict[str, Any]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+
+    for message in messages:
+        role, content = message["role"], message.get("content")
+        text = (
+            content
+            if isinstance(content, str)
+            else "".join(p.get("text", "") for p in content or [] if p.get("type") == "text")
+        )
+        if role in {"system", "developer"}:
+            system_parts.append(text)
+        elif role == "user":
+            add("user", [{"type": "text", "text": text}])
+        elif role == "assistant":
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+            for call in message.get("tool_calls") or []:
+                try:
+                    arguments = json.loads(call["function"]["arguments"] or "{}")
+                except json.JSONDecodeError:
+                    arguments = {"raw": call["function"]["arguments"]}  # a malformed call, kept as sent
+                blocks.append(
+                    {"type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": arguments}
+                )
+            add("assistant", blocks or [{"type": "text", "text": ""}])
+        elif role == "tool":
+            add("user", [{"type": "tool_result", "tool_use_id": message.get("tool_call_id", ""), "content": text}])
+    if not turns or turns[0]["role"] != "user":
+        turns.insert(0, {"role": "user", "content": [{"type": "text", "text": OPENING_TURN}]})
+    return "\n\n".join(p for p in system_parts if p), turns
+
+
+def to_anthropic_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": t["function"]["name"],
+            "description": t["function"].get("description", ""),
+            "input_schema": t["function"].get("parameters") or {"type": "object", "properties": {}},
+        }
+        for t in tools
+    ]
+
+
+class AnthropicSimulator(APISimulator):
+    """A Claude model behind the messages API; the key comes from `api_key` or `$ANTHROPIC_API_KEY`."""
+
+    supports_structured_output = True
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("max_tokens", 1024)  # required by the API
+        super().__init__(model, **kwargs)
+        self.base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL")
+        self._api_key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+        if self._api_key is None:
+            raise SimulatorError("anthropic: no API key; set $ANTHROPIC_API_KEY or pass api_key=")
+
+    def _make_client(self) -> Any:
+        try:
+            import anthropic
+        except ImportError as error:
+            raise ImportError(
+                "the anthropic backend needs the 'anthropic' package: pip install 'scope-rl[api]'"
+            ) from error
+        return anthropic.AsyncAnthropic(
+            api_key=self._api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0
+        )
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "base_url": self.base_url}
+
+    def _structured_options(self, schema: dict[str, Any], name: str) -> dict[str, Any]:
+        return {"output_config": {"format": {"type": "json_schema", "schema": schema}}}
+
+    async def _request(
+        self,
+        client: Any,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        seed: int | None,
+        options: dict[str, Any],
+    ) -> Reply:
+        system, turns = to_anthropic(messages)
+        request: dict[str, Any] = {"model": self.model, "messages": turns, "max_tokens": self.max_tokens}
+        optional = {
+            "system": system or None,
+            "tools": to_anthropic_tools(tools) if tools else None,
+            "temperature": self.temperature,
+        }
+        request.update({k: v for k, v in optional.items() if v is not None})
+        request.update(options)
+        response = await client.messages.create(**request, extra_body=self.extra_body or None)
+        blocks = getattr(response, "content", None)
+        if blocks is None:
+            raise RetryableError("the server returned no content")
+        text = "".join(block.text for block in blocks if block.type == "text")
+        calls = tuple(
+            ToolCall(name=block.name, arguments=json.dumps(block.input), id=block.id)
+            for block in blocks
+            if block.type == "tool_use"
+        )
+        if not text and not calls:
+            raise RetryableError("the server returned an empty message")
+        usage = getattr(response, "usage", None)
+        return Reply(
+            text=text,
+            tool_calls=calls,
+            usage=Usage(usage.input_tokens or 0, usage.output_tokens or 0) if usage else Usage(),
+            metadata={"model": response.model, "finish_reason": response.stop_reason, "id": response.id},
+        )
+
+    def _classify(self, error: Exception) -> Exception:
+        import anthropic
+
+        if isinstance(error, (anthropic.APITimeoutError, anthropic.APIConnectionError)):
+            return RetryableError(f"{type(error).__name__}: the request timed out or could not connect")
+        if isinstance(error, anthropic.APIStatusError):
+            status = error.status_code
+            detail = f"HTTP {status} from the server"
+            if status in RETRYABLE_STATUS or status >= 500:
+                return RetryableError(detail, retry_after_seconds(error.response.headers))
+            return SimulatorError(f"anthropic: {detail} (not retried): {self._redact(str(error))}")
+        if isinstance(
+            error, (anthropic.APIResponseValidationError, json.JSONDecodeError, ValueError, TypeError, AttributeError)
+        ):
+            return RetryableError(f"malformed response ({type(error).__name__})")
+        return SimulatorError(f"anthropic: unexpected {type(error).__name__}: {self._redact(str(error))}")

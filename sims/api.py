@@ -1,0 +1,223 @@
+"""Shared machinery of the HTTP API backends: one event loop per simulator, a concurrency limit,
+retries, and token/cost accounting.
+
+Every call, synchronous or not, runs on the simulator's own background event loop, so one async
+client (and its connection pool) and one concurrency semaphore serve all callers, from any thread
+or event loop. API keys come from arguments or the environment, are handed to the client only,
+and never appear in `repr`, errors or `config()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import threading
+from abc import abstractmethod
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from sims.base import Reply, Simulator, SimulatorError, Tools, Usage, View, as_messages
+from sims.retry import RetryableError, RetryPolicy
+
+
+@dataclass(frozen=True)
+class Price:
+    """US dollars per million tokens."""
+
+    input_per_million: float = 0.0
+    output_per_million: float = 0.0
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.input_per_million + completion_tokens * self.output_per_million) / 1e6
+
+
+class APISimulator(Simulator):
+    """Base of the API backends. Subclasses build the client and implement `_request`."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        timeout: float = 60.0,
+        concurrency: int = 16,
+        retry: RetryPolicy | None = None,
+        price: Price | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        if not model:
+            raise ValueError("an API simulator needs a model name, e.g. 'openai:gpt-5-mini'")
+        self.model = model
+        self.name = model
+        self.timeout = timeout
+        self.concurrency = concurrency
+        self.retry = retry or RetryPolicy()
+        self.price = price or Price()
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.extra_body = dict(extra_body or {})
+        self.usage = Usage()
+        self.calls = 0
+        self.retries = 0
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._client: Any = None
+        self._semaphore: asyncio.Semaphore | None = None
+        self._jitter = random.Random()
+
+    # ---- what a backend provides -----------------------------------------------------------------
+
+    @abstractmethod
+    def _make_client(self) -> Any:
+        """The async client, built on the simulator's loop."""
+
+    @abstractmethod
+    async def _request(
+        self,
+        client: Any,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        seed: int | None,
+        options: dict[str, Any],
+    ) -> Reply:
+        """One attempt; `options` are per-call request fields (structured output). Raise `RetryableError`
+        for what may succeed on retry, `SimulatorError` for what will not."""
+
+    supports_structured_output: bool = False
+
+    def _structured_options(self, schema: dict[str, Any], name: str) -> dict[str, Any]:
+        raise NotImplementedError(f"{type(self).__name__} has no structured output")
+
+    @abstractmethod
+    def _classify(self, error: Exception) -> Exception:
+        """Maps a client exception to `RetryableError` or `SimulatorError` (without secrets)."""
+
+    # ---- the Simulator contract --------------------------------------------------------------------
+
+    def respond(self, messages: View, tools: Tools = None, *, seed: int | None = None) -> Reply:
+        return self._submit(lambda: self._respond(messages, tools, seed)).result()
+
+    async def arespond(self, messages: View, tools: Tools = None, *, seed: int | None = None) -> Reply:
+        return await asyncio.wrap_future(self._submit(lambda: self._respond(messages, tools, seed)))
+
+    def respond_batch(
+        self, batch: Sequence[View], tools: Sequence[Tools] | None = None, *, seeds: Sequence[int | None] | None = None
+    ) -> list[Reply]:
+        tool_list = list(tools) if tools is not None else [None] * len(batch)
+        seed_list = list(seeds) if seeds is not None else [None] * len(batch)
+        if not (len(tool_list) == len(seed_list) == len(batch)):
+            raise ValueError("batch, tools and seeds must have the same length")
+        futures = [
+            self._submit(lambda m=m, t=t, s=s: self._respond(m, t, s)) for m, t, s in zip(batch, tool_list, seed_list)
+        ]
+        return [future.result() for future in futures]
+
+    def respond_json(
+        self, messages: View, schema: dict[str, Any], *, seed: int | None = None, name: str = "response"
+    ) -> Reply:
+        """A reply whose text is JSON following `schema`, through the API's structured output."""
+        options = self._structured_options(schema, name)
+        return self._submit(lambda: self._respond(messages, None, seed, options)).result()
+
+    def close(self) -> None:
+        with self._lock:
+            loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
+        if loop is None:
+            return
+        client = self._client
+        self._client = None
+        if client is not None and hasattr(client, "close"):
+            asyncio.run_coroutine_threadsafe(client.close(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(timeout=10)
+
+    def config(self) -> dict[str, Any]:
+        """What reproduces this simulator, keys excluded (safe to write into run configs)."""
+        return {
+            "backend": type(self).__name__,
+            "model": self.model,
+            "timeout": self.timeout,
+            "concurrency": self.concurrency,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r})"
+
+    # ---- internals -----------------------------------------------------------------------------------
+
+    def _submit(self, make: Callable[[], Awaitable[Reply]]) -> Future[Reply]:
+        loop = self._ensure_loop()
+        return asyncio.run_coroutine_threadsafe(make(), loop)  # type: ignore[arg-type]
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    self._semaphore = asyncio.Semaphore(self.concurrency)
+                    self._client = self._make_client()
+                    ready.set()
+                    loop.run_forever()
+                    loop.close()
+
+                self._thread = threading.Thread(target=run, name=f"scope-{type(self).__name__}", daemon=True)
+                self._thread.start()
+                ready.wait()
+                self._loop = loop
+            return self._loop
+
+    async def _respond(
+        self, messages: View, tools: Tools, seed: int | None, options: dict[str, Any] | None = None
+    ) -> Reply:
+        view = [m.to_openai() for m in as_messages(messages)]
+        tool_list = [dict(t) for t in tools] if tools else None
+        assert self._semaphore is not None
+        last_error = "no attempt was made"
+        for attempt in range(self.retry.max_attempts):
+            async with self._semaphore:
+                try:
+                    reply = await self._request(self._client, view, tool_list, seed, options or {})
+                except SimulatorError:
+                    raise
+                except RetryableError as error:
+                    problem: Exception = error
+                except Exception as error:  # the client's own exceptions
+                    problem = self._classify(error)
+                    if not isinstance(problem, RetryableError):
+                        raise problem from None
+                else:
+                    self._account(reply)
+                    reply.metadata["attempts"] = attempt + 1
+                    return reply
+            last_error = str(problem)
+            if attempt + 1 < self.retry.max_attempts:
+                with self._lock:
+                    self.retries += 1
+                await asyncio.sleep(self.retry.delay(attempt, getattr(problem, "retry_after", None), self._jitter))
+        raise SimulatorError(f"{self!r} failed after {self.retry.max_attempts} attempts; last error: {last_error}")
+
+    def _redact(self, text: str) -> str:
+        """`text` without the API key or anything that looks like one."""
+        key = getattr(self, "_api_key", None)
+        if key and len(key) >= 4:
+            text = text.replace(key, "<redacted>")
+        return re.sub(r"(sk-|key[-_]?)[A-Za-z0-9_\-]{6,}", "<redacted>", text)[:500]
+
+    def _account(self, reply: Reply) -> None:
+        if reply.usage is not None:
+            reply.usage.cost_usd = self.price.cost(reply.usage.prompt_tokens, reply.usage.completion_tokens)
+        with self._lock:
+            self.calls += 1
+            if reply.usage is not None:
+                self.usage = self.usage + reply.usage

@@ -1,0 +1,126 @@
+"""`openai:MODEL`: chat completions over the official `openai` client, for OpenAI and any
+OpenAI-compatible server (vLLM, SGLang, OpenRouter) through `base_url`."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from scope_envs.core.chat import ToolCall
+from sims.api import APISimulator
+from sims.base import Reply, SimulatorError, Usage
+from sims.retry import RETRYABLE_STATUS, RetryableError, retry_after_seconds
+
+
+class OpenAISimulator(APISimulator):
+    """A chat model behind the OpenAI chat-completions API.
+
+    `response_format` (e.g. `{"type": "json_schema", "json_schema": {...}}`) requests structured
+    output; `seed` is passed per request. The key comes from `api_key` or `$OPENAI_API_KEY`
+    (servers that need none get a placeholder).
+    """
+
+    supports_structured_output = True
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        response_format: dict[str, Any] | None = None,
+        top_p: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(model, **kwargs)
+        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL")
+        self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or ("EMPTY" if self.base_url else None)
+        if self._api_key is None:
+            raise SimulatorError(
+                "openai: no API key; set $OPENAI_API_KEY, pass api_key=, or give base_url= for a local server"
+            )
+        self.response_format = response_format
+        self.top_p = top_p
+
+    def _make_client(self) -> Any:
+        try:
+            import openai
+        except ImportError as error:
+            raise ImportError("the openai backend needs the 'openai' package: pip install 'scope-rl[api]'") from error
+        return openai.AsyncOpenAI(api_key=self._api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0)
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "base_url": self.base_url}
+
+    def _structured_options(self, schema: dict[str, Any], name: str) -> dict[str, Any]:
+        return {
+            "response_format": {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+        }
+
+    async def _request(
+        self,
+        client: Any,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        seed: int | None,
+        options: dict[str, Any],
+    ) -> Reply:
+        request: dict[str, Any] = {"model": self.model, "messages": messages}
+        optional = {
+            "tools": tools or None,
+            "seed": seed,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_completion_tokens": self.max_tokens,
+            "response_format": self.response_format,
+        }
+        request.update({k: v for k, v in optional.items() if v is not None})
+        request.update(options)
+        response = await client.chat.completions.create(**request, extra_body=self.extra_body or None)
+        return self._reply(response)
+
+    def _reply(self, response: Any) -> Reply:
+        choices = getattr(response, "choices", None)
+        if not choices:
+            raise RetryableError("the server returned no choices")
+        message = choices[0].message
+        if message is None:
+            raise RetryableError("the server returned a choice without a message")
+        calls = tuple(
+            ToolCall(name=call.function.name, arguments=_arguments(call.function.arguments), id=call.id or "")
+            for call in (message.tool_calls or [])
+            if getattr(call, "function", None) is not None
+        )
+        usage = getattr(response, "usage", None)
+        return Reply(
+            text=message.content or "",
+            tool_calls=calls,
+            usage=Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0) if usage else Usage(),
+            metadata={
+                "model": getattr(response, "model", self.model),
+                "finish_reason": choices[0].finish_reason,
+                "id": response.id,
+            },
+        )
+
+    def _classify(self, error: Exception) -> Exception:
+        import openai
+
+        if isinstance(error, (openai.APITimeoutError, openai.APIConnectionError)):
+            return RetryableError(f"{type(error).__name__}: the request timed out or could not connect")
+        if isinstance(error, openai.APIStatusError):
+            status = error.status_code
+            detail = f"HTTP {status} from the server"
+            if status in RETRYABLE_STATUS or status >= 500:
+                return RetryableError(detail, retry_after_seconds(error.response.headers))
+            return SimulatorError(f"openai: {detail} (not retried): {self._redact(str(error))}")
+        if isinstance(
+            error, (openai.APIResponseValidationError, json.JSONDecodeError, ValueError, TypeError, AttributeError)
+        ):
+            return RetryableError(f"malformed response ({type(error).__name__})")
+        return SimulatorError(f"openai: unexpected {type(error).__name__}: {self._redact(str(error))}")
+
+
+def _arguments(raw: Any) -> str:
+    return raw if isinstance(raw, str) else json.dumps(raw or {})
