@@ -54,7 +54,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     diagnose.add_argument("--plot", default="collapse.png", help="where to write the plot (PNG)")
     diagnose.add_argument("--json", action="store_true", help="print the reports as JSON lines")
 
+    train = commands.add_parser("train", help="train a policy (YAML config plus key=value overrides)")
+    train.add_argument("config", nargs="?", default=None, help="a YAML config (see configs/); defaults otherwise")
+    train.add_argument("overrides", nargs="*", help="key=value settings that override the config")
+    train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
+
+    evaluate = commands.add_parser("eval", help="held-out success of the latest checkpoint of a run")
+    evaluate.add_argument("config", help="the run's YAML config")
+    evaluate.add_argument("overrides", nargs="*", help="key=value settings that override the config")
+
     args = parser.parse_args(argv)
+    if args.command == "train":
+        return _train(args)
+    if args.command == "eval":
+        return _eval(args)
     if args.command == "envs":
         return _list_envs()
     if args.command == "diagnose":
@@ -98,6 +111,44 @@ def _diagnose(args: argparse.Namespace) -> int:
     else:
         print(format_table(reports))
     print(f"plot: {plot(reports, args.plot)}")
+    return 0
+
+
+def _split_overrides(config: str | None, overrides: list[str]) -> tuple[str | None, list[str]]:
+    if config is not None and "=" in config and not config.endswith((".yaml", ".yml")):
+        return None, [config, *overrides]  # `scope train key=value ...` with no file
+    return config, overrides
+
+
+def _train(args: argparse.Namespace) -> int:
+    from baselines.config import load_config
+    from baselines.trainer import Trainer
+
+    path, overrides = _split_overrides(args.config, args.overrides)
+    try:
+        config = load_config(path, overrides)
+    except ValueError as error:
+        print(error, file=sys.stderr)
+        return 2
+    history = Trainer(config).run(resume=args.resume)
+    last = history[-1] if history else {}
+    print(
+        f"run: {config.output_dir}  steps: {len(history)}  final reward: {last.get('reward_mean', float('nan')):.3f}  "
+        f"held-out success: {last.get('heldout_success', float('nan')):.3f}"
+    )
+    print(f"metrics: {config.output_dir}/metrics.jsonl  curves: {config.output_dir}/curves.png")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from baselines.config import load_config
+    from baselines.trainer import Trainer
+
+    path, overrides = _split_overrides(args.config, args.overrides)
+    trainer = Trainer(load_config(path, overrides))
+    if not trainer.resume():
+        print(f"no checkpoint in {trainer.checkpoints}; evaluating the initial policy", file=sys.stderr)
+    print(json.dumps({"step": trainer.step, **trainer.evaluate(trainer.step)}))
     return 0
 
 

@@ -83,6 +83,10 @@ class DialogueBatch:
                 )
         return waiting
 
+    def view(self, index: int, side: str) -> list[dict[str, Any]]:
+        """Episode `index`'s current view of `side` (OpenAI dicts, as of the last step)."""
+        return self._infos[index][side]["messages"]
+
     def step(self, side: str, replies: Mapping[int, Any]) -> None:
         """Applies `replies` (episode index -> action) of `side`; an episode not named is left waiting."""
         for i, reply in replies.items():

@@ -1,0 +1,118 @@
+"""Training configuration: one dataclass, loaded from YAML with `key=value` overrides, validated."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from baselines.advantages import ESTIMATORS
+from baselines.loss import AGGREGATIONS
+
+METHODS = ("single", "ensemble", "vs")
+
+
+@dataclass
+class TrainConfig:
+    # what is trained, where
+    env: str = "P4G"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    side: str = "agent"
+    policy: str = "tiny"  # "tiny" (random, for tests), "smollm2", or "hf:MODEL_OR_PATH"
+    device: str | None = None
+    # against whom
+    method: str = "single"
+    simulators: list[str] = field(default_factory=lambda: ["scripted"])
+    vs_k: int = 5
+    vs_draw: str = "random"
+    # rollouts
+    steps: int = 10
+    groups_per_step: int = 4
+    group_size: int = 4
+    temperature: float = 1.0
+    max_new_tokens: int = 48
+    # update
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    micro_batch: int = 8
+    advantage: str = "grpo"
+    scale_std: bool = True
+    rae_decay: float = 0.9
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    kl_coef: float = 0.0
+    aggregation: str = "token_mean"
+    lora: dict[str, Any] | None = None
+    # evaluation, logging, checkpoints
+    eval_every: int = 5
+    eval_simulators: list[str] = field(default_factory=lambda: ["scripted"])
+    eval_tasks: int = 4
+    eval_samples: int = 1
+    checkpoint_every: int = 5
+    keep_checkpoints: int = 2
+    seed: int = 0
+    output_dir: str = "runs/train"
+
+    def validate(self) -> TrainConfig:
+        problems = []
+        if self.method not in METHODS:
+            problems.append(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.advantage not in ESTIMATORS:
+            problems.append(f"advantage must be one of {ESTIMATORS}, got {self.advantage!r}")
+        if self.aggregation not in AGGREGATIONS:
+            problems.append(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+        if self.side not in {"agent", "user"}:
+            problems.append(f"side must be 'agent' or 'user', got {self.side!r}")
+        if self.method == "single" and len(self.simulators) != 1:
+            problems.append(f"method 'single' trains against exactly one simulator, got {len(self.simulators)}")
+        for name in (
+            "steps",
+            "groups_per_step",
+            "group_size",
+            "max_new_tokens",
+            "micro_batch",
+            "eval_tasks",
+            "eval_samples",
+        ):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be at least 1")
+        if self.group_size < 2 and self.advantage in {"grpo", "dr_grpo"}:
+            problems.append("group advantages need group_size >= 2")
+        if problems:
+            raise ValueError("invalid training config:\n  " + "\n  ".join(problems))
+        return self
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """A config from a YAML file (or the defaults) and `key=value` overrides (values parsed as YAML)."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: a training config is a mapping of keys to values")
+        values.update(loaded)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ValueError(f"override {item!r} is not key=value")
+        values[key.strip()] = yaml.safe_load(raw)
+    unknown = [key for key in values if key not in FIELDS]
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, FIELDS, n=1)
+            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ValueError(f"unknown config keys: {', '.join(hints)}. Valid keys: {', '.join(FIELDS)}")
+    return TrainConfig(**values).validate()
+
+
+def dump_config(config: TrainConfig) -> str:
+    return yaml.safe_dump(dataclasses.asdict(config), sort_keys=False)

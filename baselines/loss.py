@@ -1,0 +1,79 @@
+"""The token-level clipped policy-gradient loss, with an optional KL penalty to a reference model
+and an importance-sampling correction for a generation engine whose log-probs differ."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+AGGREGATIONS = ("token_mean", "sequence_mean", "constant")
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    kl_coef: float = 0.0
+    aggregation: str = "token_mean"  # "constant" is Dr. GRPO's: divide by a fixed token budget
+    constant_denominator: float | None = None
+    is_cap: float = 2.0  # truncated importance sampling for generation/training log-prob mismatch
+
+
+def policy_loss(
+    logprobs: Any,
+    old_logprobs: Any,
+    advantages: Any,
+    mask: Any,
+    config: LossConfig,
+    *,
+    ref_logprobs: Any = None,
+    behaviour_logprobs: Any = None,
+) -> tuple[Any, dict[str, float]]:
+    """Loss and statistics for one batch of sequences.
+
+    All arguments are `[batch, tokens]` tensors aligned on the predicted tokens (`advantages` is
+    the sequence's advantage broadcast to its tokens); `mask` is 1 on the trained side's own tokens.
+    `old_logprobs` are the training model's log-probs before this update; `behaviour_logprobs`
+    those of the engine that sampled the tokens, when it is not the training model (vLLM).
+    """
+    import torch
+
+    mask = mask.float()
+    ratio = torch.exp(logprobs - old_logprobs)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1 - config.clip_low, 1 + config.clip_high) * advantages
+    per_token = -torch.minimum(unclipped, clipped)
+    if behaviour_logprobs is not None:
+        weight = torch.clamp(torch.exp(old_logprobs - behaviour_logprobs), max=config.is_cap).detach()
+        per_token = per_token * weight
+    kl = torch.zeros_like(per_token)
+    if ref_logprobs is not None and config.kl_coef > 0:
+        log_ratio = ref_logprobs - logprobs
+        kl = torch.exp(log_ratio) - log_ratio - 1  # the k3 estimator: unbiased, always >= 0
+        per_token = per_token + config.kl_coef * kl
+    loss = aggregate(per_token, mask, config)
+    tokens = mask.sum().clamp(min=1)
+    is_clipped = ((ratio < 1 - config.clip_low) & (advantages < 0)) | (
+        (ratio > 1 + config.clip_high) & (advantages > 0)
+    )
+    stats = {
+        "clip_fraction": float((is_clipped.float() * mask).sum() / tokens),
+        "kl": float((kl * mask).sum() / tokens),
+        "ratio_mean": float((ratio * mask).sum() / tokens),
+        "ratio_max": float(torch.where(mask > 0, ratio, torch.zeros_like(ratio)).max()),
+        "tokens": float(mask.sum()),
+    }
+    return loss, stats
+
+
+def aggregate(per_token: Any, mask: Any, config: LossConfig) -> Any:
+    if config.aggregation == "token_mean":  # every trained token counts the same (DAPO)
+        return (per_token * mask).sum() / mask.sum().clamp(min=1)
+    if config.aggregation == "sequence_mean":  # each sequence's mean, then the mean (original GRPO)
+        per_sequence = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+        return per_sequence[mask.sum(-1) > 0].mean() if (mask.sum(-1) > 0).any() else per_sequence.sum() * 0
+    if config.aggregation == "constant":
+        if not config.constant_denominator:
+            raise ValueError("the constant aggregation needs constant_denominator (e.g. group size x max tokens)")
+        return (per_token * mask).sum() / config.constant_denominator
+    raise ValueError(f"unknown aggregation {config.aggregation!r}; choose one of {AGGREGATIONS}")

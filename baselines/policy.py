@@ -1,0 +1,111 @@
+"""Trainable policies: what the trainer needs from a model.
+
+`generate(prompts, seeds)` samples continuations of token-id prompts with their log-probs;
+`sequence_logprobs(samples)` recomputes, differentiably, the log-probs (and entropies) of the
+tokens of training samples. `LMPolicy` provides both for a transformers causal LM (full
+fine-tuning or LoRA through peft); any other policy with the same two methods (such as the small
+categorical policies of the act-level testbed) trains with the same code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from baselines.traces import Sample
+from sims.base import Reply
+from sims.hf_backend import HFSimulator, smollm2_path
+
+
+class TrainablePolicy(Protocol):
+    def generate(self, prompts: list[list[int]], seeds: Sequence[int | None]) -> list[Reply]: ...
+
+    def sequence_logprobs(self, samples: Sequence[Sample]) -> tuple[Any, Any, Any]: ...
+
+
+class LMPolicy:
+    """A causal LM being trained. Generation goes through `HFSimulator.generate` (the same
+    sampling code the simulators use), so rollout log-probs and training log-probs agree."""
+
+    def __init__(self, simulator: HFSimulator, *, lora: dict[str, Any] | None = None) -> None:
+        self.simulator = simulator
+        self.tokenizer = simulator.tokenizer
+        self.temperature = simulator.temperature
+        if lora:
+            from peft import LoraConfig, get_peft_model
+
+            simulator.model = get_peft_model(simulator.model, LoraConfig(task_type="CAUSAL_LM", **lora))
+        self.model = simulator.model
+
+    @property
+    def stop_ids(self) -> set[int]:
+        return self.simulator.stop_ids
+
+    def generate(self, prompts: list[list[int]], seeds: Sequence[int | None]) -> list[Reply]:
+        self.model.eval()
+        return self.simulator.generate(prompts, seeds)
+
+    def sequence_logprobs(self, samples: Sequence[Sample]) -> tuple[Any, Any, Any]:
+        """`[batch, tokens-1]` log-probs of each next token under softmax(logits / temperature),
+        the matching loss mask, and the entropies; right-padded."""
+        import torch
+
+        device = next(self.model.parameters()).device
+        width = max(len(s.ids) for s in samples)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([s.ids + [pad] * (width - len(s.ids)) for s in samples], device=device)
+        attention = torch.tensor([[1] * len(s.ids) + [0] * (width - len(s.ids)) for s in samples], device=device)
+        mask = torch.tensor([s.mask + [0] * (width - len(s.ids)) for s in samples], device=device)[:, 1:]
+        logits = self.model(input_ids=ids, attention_mask=attention).logits[:, :-1].float() / max(
+            self.temperature, 1e-6
+        )
+        logp_all = torch.log_softmax(logits, dim=-1)
+        logprobs = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1).detach()
+        return logprobs, mask, entropy
+
+    def save(self, directory: Path) -> None:
+        self.model.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+
+    def load_weights(self, directory: Path) -> None:
+        """Loads weights saved by `save` into this policy (full model or LoRA adapter)."""
+        import torch
+        from safetensors.torch import load_file
+
+        files = sorted(directory.glob("*.safetensors"))
+        state: dict[str, torch.Tensor] = {}
+        for file in files:
+            state.update(load_file(str(file)))
+        if hasattr(self.model, "peft_config"):
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(self.model, state)
+        else:
+            missing, unexpected = self.model.load_state_dict(state, strict=False)
+            real_missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embeddings
+            if real_missing or unexpected:
+                raise RuntimeError(
+                    f"checkpoint at {directory} does not match the model: "
+                    f"missing {real_missing}, unexpected {unexpected}"
+                )
+
+
+def build_policy(
+    spec: str, *, temperature: float, max_new_tokens: int, device: str | None, lora: dict[str, Any] | None, seed: int
+) -> LMPolicy:
+    """`tiny` (a random model for tests), `smollm2`, or `hf:MODEL_OR_PATH`."""
+    kwargs = {"temperature": temperature, "max_new_tokens": max_new_tokens, "device": device}
+    if spec == "tiny":
+        from sims.testing import tiny_chat_model
+
+        model, tokenizer = tiny_chat_model(seed)
+        simulator = HFSimulator(model, tokenizer=tokenizer, name="tiny", **kwargs)
+    elif spec == "smollm2":
+        simulator = HFSimulator(smollm2_path(), name="smollm2-135m-instruct", **kwargs)
+    elif spec.startswith("hf:"):
+        simulator = HFSimulator(spec[3:], **kwargs)
+    else:
+        raise ValueError(f"unknown policy {spec!r}: use 'tiny', 'smollm2' or 'hf:MODEL_OR_PATH'")
+    return LMPolicy(simulator, lora=lora)

@@ -1,0 +1,204 @@
+"""The trainer end to end: token traces, the CLI, metrics, checkpoints and exact resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from baselines.cli import main  # noqa: E402
+from baselines.config import load_config  # noqa: E402
+from baselines.traces import SideTrace  # noqa: E402
+from scope_envs.p4g import P4GEnv  # noqa: E402
+from sims.hf_backend import HFSimulator  # noqa: E402
+from sims.p4g import ScriptedPersuadee  # noqa: E402
+from sims.testing import tiny_chat_model  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = [
+    "policy=tiny",
+    "groups_per_step=2",
+    "group_size=3",
+    "max_new_tokens=8",
+    "env_kwargs={persona_source: synthetic, exchanges: 2}",
+    "simulators=[scripted:training_helpers:ParityPersuadee]",
+    "eval_simulators=[scripted]",
+    "eval_tasks=2",
+    "lr=0.001",
+]
+
+
+def play(template=None, max_new_tokens=6):
+    model, tokenizer = tiny_chat_model()
+    if template:
+        tokenizer.chat_template = template
+    simulator = HFSimulator(model, tokenizer=tokenizer, max_new_tokens=max_new_tokens)
+    env, user = P4GEnv(persona_source="synthetic", exchanges=3), ScriptedPersuadee()
+    _, infos = env.reset(seed=0)
+    trace = SideTrace(tokenizer, simulator.stop_ids)
+    while env.agents:
+        if env.to_speak == "agent":
+            prompt = trace.next_prompt(infos["agent"]["messages"], None)
+            reply = simulator.generate([prompt], [len(trace.turns)])[0]
+            infos = env.step({"agent": reply})[4]
+            trace.record(reply.token_ids, reply.logprobs, len(infos["agent"]["messages"]))
+        else:
+            infos = env.step({"user": user.respond(infos["user"]["messages"], seed=0)})[4]
+    return trace, tokenizer, infos
+
+
+def test_token_in_token_out_sequence():
+    trace, tokenizer, infos = play()
+    (sample,) = trace.samples()
+    assert trace.chained and len(trace.turns) == 3
+    generated = [i for i, m in enumerate(sample.mask) if m]
+    assert sum(len(t.token_ids) for t in trace.turns) == len(generated)
+    for turn in trace.turns:  # each turn's tokens sit in the sequence exactly as generated
+        start = len(turn.prompt_ids)
+        assert sample.ids[start : start + len(turn.token_ids)] == turn.token_ids
+        assert sample.logprobs[start : start + len(turn.token_ids)] == turn.logprobs
+    text = tokenizer.decode(sample.ids)
+    for message in infos["agent"]["messages"]:
+        if message["role"] == "user":
+            assert message["content"] in text  # the other side's turns are in, as template deltas
+    assert text.count("<|im_start|>assistant\n") == 3
+
+
+def test_a_template_that_rerenders_earlier_turns_is_trained_per_turn():
+    # a template whose system line changes every turn: the new rendering never extends the old one
+    template = (
+        "<|im_start|>system\nturn {{ messages|length }}<|im_end|>\n"
+        "{% for m in messages[1:] %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    trace, _, _ = play(template)
+    samples = trace.samples()
+    assert not trace.chained and len(samples) == 3
+    for sample, turn in zip(samples, trace.turns):
+        assert sample.ids == turn.prompt_ids + turn.token_ids and sample.prompt_length == len(turn.prompt_ids)
+
+
+def test_train_end_to_end_through_the_cli(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", *TINY, "steps=2", "eval_every=2", f"output_dir={out}"]) == 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]
+    for key in (
+        "reward_mean",
+        "reward_std",
+        "success",
+        "entropy",
+        "clip_fraction",
+        "kl",
+        "zero_variance_groups",
+        "generated_tokens_per_s",
+        "step_time",
+        "loss",
+        "turns",
+    ):
+        assert key in records[0]
+    assert "heldout_success/scripted" in records[-1] and 0 <= records[-1]["heldout_success"] <= 1
+    assert records[0]["grad_norm"] > 0  # the parity persuadee makes rewards vary: a real update happened
+    assert (out / "curves.png").is_file() and (out / "checkpoints" / "latest").read_text() == "step-000002"
+    assert "held-out success" in capsys.readouterr().out
+    assert main(["eval", str(out / "config.yaml")]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["step"] == 2
+
+
+def test_config_errors_are_helpful(tmp_path):
+    with pytest.raises(ValueError, match="did you mean 'group_size'"):
+        load_config(None, ["groupsize=4"])
+    with pytest.raises(ValueError, match="advantage must be one of"):
+        load_config(None, ["advantage=ppo"])
+    path = tmp_path / "c.yaml"
+    path.write_text("steps: 3\nmethod: ensemble\nsimulators: [scripted, scripted]\n")
+    config = load_config(path, ["steps=5"])
+    assert config.steps == 5 and config.method == "ensemble"
+    assert main(["train", str(path), "nonsense=1"]) == 2
+
+
+def run_cli(args, env):
+    return subprocess.Popen(
+        [sys.executable, "-m", "baselines.cli", "train", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def final_weights(out):
+    from safetensors.torch import load_file
+
+    latest = (out / "checkpoints" / "latest").read_text().strip()
+    return load_file(str(out / "checkpoints" / latest / "policy" / "model.safetensors"))
+
+
+def comparable(out):
+    drop = {"step_time", "generated_tokens_per_s"}
+    return [
+        {k: v for k, v in json.loads(line).items() if k not in drop}
+        for line in (out / "metrics.jsonl").read_text().splitlines()
+    ]
+
+
+def test_a_killed_run_resumes_exactly(tmp_path):
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'tests'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    settings = [
+        *TINY,
+        "steps=3",
+        "group_size=2",
+        "checkpoint_every=1",
+        "eval_every=100",
+        "eval_tasks=1",
+        "keep_checkpoints=5",
+    ]
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    assert run_cli([*settings, f"output_dir={whole}"], env).wait(timeout=600) == 0
+    process = run_cli([*settings, f"output_dir={killed}"], env)
+    pointer = killed / "checkpoints" / "latest"
+    deadline = time.time() + 600
+    while not (pointer.exists() and pointer.read_text().strip() >= "step-000001") and time.time() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)  # mid-way: during step 2, or while writing its checkpoint
+    process.wait()
+    assert run_cli([*settings, f"output_dir={killed}", "--resume"], env).wait(timeout=600) == 0
+    expected, resumed = final_weights(whole), final_weights(killed)
+    assert expected.keys() == resumed.keys()
+    assert all(torch.equal(expected[name], resumed[name]) for name in expected)
+    assert comparable(whole) == comparable(killed)
+
+
+def test_shipped_configs_are_valid():
+    configs = sorted((ROOT / "baselines" / "configs").glob("*.yaml"))
+    assert len(configs) >= 4
+    for path in configs:
+        load_config(path)
+
+
+@pytest.mark.slow
+def test_smollm2_config_trains_and_plots(tmp_path):
+    """`pytest -m slow`: a few steps of the SmolLM2 P4G config, with its metrics and plots."""
+    pytest.importorskip("gguf")
+    out = tmp_path / "smollm2"
+    assert (
+        main(
+            [
+                "train",
+                str(ROOT / "baselines" / "configs" / "p4g_smollm2.yaml"),
+                "steps=2",
+                "eval_every=2",
+                f"output_dir={out}",
+            ]
+        )
+        == 0
+    )
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    print(json.dumps(records, indent=1))
+    assert len(records) == 2 and (out / "curves.png").is_file()
