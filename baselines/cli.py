@@ -53,6 +53,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     diagnose.add_argument("--embedding", choices=["auto", "minilm", "tfidf"], default="auto")
     diagnose.add_argument("--plot", default="collapse.png", help="where to write the plot (PNG)")
     diagnose.add_argument("--json", action="store_true", help="print the reports as JSON lines")
+    diagnose.add_argument(
+        "--sim-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a keyword for every simulator, e.g. max_new_tokens=64",
+    )
 
     train = commands.add_parser("train", help="train a policy (YAML config plus key=value overrides)")
     train.add_argument("config", nargs="?", default=None, help="a YAML config (see configs/); defaults otherwise")
@@ -85,9 +92,10 @@ def _diagnose(args: argparse.Namespace) -> int:
 
     states = p4g_persuadee_states(args.states, seed=args.seed)
     env = P4GEnv(persona_source="synthetic")
+    sim_kwargs = dict(_key_value(item) for item in args.sim_arg)
     simulators = []
     for spec in args.simulator:
-        simulator = make_simulator(spec, env=env, side="user")
+        simulator = make_simulator(spec, env=env, side="user", **sim_kwargs)
         simulators.append((spec, simulator))
         if args.vs:
             simulators.append((f"vs({spec})", VerbalizedSampling(simulator, k=5)))

@@ -55,6 +55,10 @@ class TrainConfig:
     eval_samples: int = 1
     checkpoint_every: int = 5
     keep_checkpoints: int = 2
+    tensorboard: bool = True
+    wandb: bool = False
+    wandb_project: str = "scope"
+    wandb_mode: str = "online"  # "offline" writes a run to sync later
     seed: int = 0
     output_dir: str = "runs/train"
 

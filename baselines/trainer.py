@@ -26,6 +26,7 @@ import numpy as np
 from baselines.advantages import RunningBaseline, group_advantages
 from baselines.config import TrainConfig, dump_config
 from baselines.loss import LossConfig, policy_loss
+from baselines.metrics_log import MetricsLog
 from baselines.policy import LMPolicy, build_policy
 from baselines.traces import Sample, SideTrace
 from scope_envs.core.batch import DialogueBatch, respond_all
@@ -258,19 +259,27 @@ class Trainer:
             self.metrics_path.unlink()
         from tqdm.auto import tqdm
 
+        log = MetricsLog(
+            self.output,
+            tensorboard=self.config.tensorboard,
+            wandb=self.config.wandb,
+            wandb_project=self.config.wandb_project,
+            wandb_mode=self.config.wandb_mode,
+            config=asdict(self.config),
+        )
         bar = tqdm(total=self.config.steps, initial=self.step, desc="train", unit="step", disable=not progress)
         while self.step < self.config.steps:
             record = self.train_step(self.step)
             self.step += 1
             if self.step % self.config.eval_every == 0 or self.step == self.config.steps:
                 record.update(self.evaluate(self.step))
-            with self.metrics_path.open("a") as handle:
-                handle.write(json.dumps(record) + "\n")
+            log.write(record)
             if self.step % self.config.checkpoint_every == 0 or self.step == self.config.steps:
                 self.save()
             bar.update(1)
             bar.set_postfix(reward=f"{record['reward_mean']:.3f}", entropy=f"{record.get('entropy', float('nan')):.2f}")
         bar.close()
+        log.close()
         history = read_metrics(self.metrics_path)
         plot_curves(history, self.output)
         return history

@@ -106,6 +106,8 @@ def test_train_end_to_end_through_the_cli(tmp_path, capsys):
     assert "heldout_success/scripted" in records[-1] and 0 <= records[-1]["heldout_success"] <= 1
     assert records[0]["grad_norm"] > 0  # the parity persuadee makes rewards vary: a real update happened
     assert (out / "curves.png").is_file() and (out / "checkpoints" / "latest").read_text() == "step-000002"
+    if (out / "tensorboard").exists():
+        assert any((out / "tensorboard").iterdir())
     assert "held-out success" in capsys.readouterr().out
     assert main(["eval", str(out / "config.yaml")]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["step"] == 2
@@ -202,3 +204,15 @@ def test_smollm2_config_trains_and_plots(tmp_path):
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     print(json.dumps(records, indent=1))
     assert len(records) == 2 and (out / "curves.png").is_file()
+
+
+def test_lora_training_saves_and_reloads_the_adapter(tmp_path, capsys):
+    pytest.importorskip("peft")
+    out = tmp_path / "lora"
+    lora = "lora={r: 4, lora_alpha: 8, target_modules: [q_proj, v_proj]}"
+    assert main(["train", *TINY, "steps=1", lora, f"output_dir={out}"]) == 0
+    policy_dir = out / "checkpoints" / "step-000001" / "policy"
+    assert (policy_dir / "adapter_config.json").is_file() and (policy_dir / "adapter_model.safetensors").is_file()
+    capsys.readouterr()
+    assert main(["eval", str(out / "config.yaml")]) == 0  # the adapter loads back into a fresh policy
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["step"] == 1

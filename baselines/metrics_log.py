@@ -1,0 +1,61 @@
+"""Where training metrics go: JSONL always, TensorBoard when installed, Weights & Biases when asked."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+
+class MetricsLog:
+    def __init__(
+        self,
+        output: Path,
+        *,
+        tensorboard: bool = True,
+        wandb: bool = False,
+        wandb_project: str = "scope",
+        wandb_mode: str = "online",
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        self.path = output / "metrics.jsonl"
+        self._tensorboard = None
+        self._wandb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tensorboard = SummaryWriter(log_dir=str(output / "tensorboard"))
+            except ImportError:
+                pass  # TensorBoard is optional: pip install tensorboard
+        if wandb:
+            try:
+                import wandb as wandb_module
+            except ImportError:
+                warnings.warn(
+                    "wandb=true but the 'wandb' package is not installed; logging to JSONL and TensorBoard only",
+                    stacklevel=2,
+                )
+            else:
+                self._wandb = wandb_module.init(
+                    project=wandb_project, mode=wandb_mode, config=config or {}, dir=str(output)
+                )
+
+    def write(self, record: dict[str, Any]) -> None:
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+        step = int(record["step"])
+        numbers = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"}
+        if self._tensorboard is not None:
+            for name, value in numbers.items():
+                self._tensorboard.add_scalar(name, value, step)
+            self._tensorboard.flush()
+        if self._wandb is not None:
+            self._wandb.log(numbers, step=step)
+
+    def close(self) -> None:
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+        if self._wandb is not None:
+            self._wandb.finish()
