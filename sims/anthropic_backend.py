@@ -15,7 +15,7 @@ from typing import Any
 from scope_envs.core.chat import ToolCall
 from sims.api import APISimulator
 from sims.base import Reply, SimulatorError, Usage
-from sims.retry import RETRYABLE_STATUS, RetryableError, retry_after_seconds
+from sims.retry import RetryableError
 
 OPENING_TURN = "(The conversation begins. You speak first.)"
 
@@ -141,16 +141,4 @@ class AnthropicSimulator(APISimulator):
     def _classify(self, error: Exception) -> Exception:
         import anthropic
 
-        if isinstance(error, (anthropic.APITimeoutError, anthropic.APIConnectionError)):
-            return RetryableError(f"{type(error).__name__}: the request timed out or could not connect")
-        if isinstance(error, anthropic.APIStatusError):
-            status = error.status_code
-            detail = f"HTTP {status} from the server"
-            if status in RETRYABLE_STATUS or status >= 500:
-                return RetryableError(detail, retry_after_seconds(error.response.headers))
-            return SimulatorError(f"anthropic: {detail} (not retried): {self._redact(str(error))}")
-        if isinstance(
-            error, (anthropic.APIResponseValidationError, json.JSONDecodeError, ValueError, TypeError, AttributeError)
-        ):
-            return RetryableError(f"malformed response ({type(error).__name__})")
-        return SimulatorError(f"anthropic: unexpected {type(error).__name__}: {self._redact(str(error))}")
+        return self._classify_client_error(anthropic, error)

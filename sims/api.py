@@ -10,6 +10,7 @@ and never appear in `repr`, errors or `config()`.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import re
 import threading
@@ -19,8 +20,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from sims.base import Reply, Simulator, SimulatorError, Tools, Usage, View, as_messages
-from sims.retry import RetryableError, RetryPolicy
+from sims.base import Reply, Simulator, SimulatorError, Tools, Usage, View, as_messages, batch_arguments
+from sims.retry import RETRYABLE_STATUS, RetryableError, RetryPolicy, retry_after_seconds
 
 
 @dataclass(frozen=True)
@@ -108,10 +109,7 @@ class APISimulator(Simulator):
     def respond_batch(
         self, batch: Sequence[View], tools: Sequence[Tools] | None = None, *, seeds: Sequence[int | None] | None = None
     ) -> list[Reply]:
-        tool_list = list(tools) if tools is not None else [None] * len(batch)
-        seed_list = list(seeds) if seeds is not None else [None] * len(batch)
-        if not (len(tool_list) == len(seed_list) == len(batch)):
-            raise ValueError("batch, tools and seeds must have the same length")
+        tool_list, seed_list = batch_arguments(batch, tools, seeds)
         futures = [
             self._submit(lambda m=m, t=t, s=s: self._respond(m, t, s)) for m, t, s in zip(batch, tool_list, seed_list)
         ]
@@ -206,6 +204,23 @@ class APISimulator(Simulator):
                     self.retries += 1
                 await asyncio.sleep(self.retry.delay(attempt, getattr(problem, "retry_after", None), self._jitter))
         raise SimulatorError(f"{self!r} failed after {self.retry.max_attempts} attempts; last error: {last_error}")
+
+    def _classify_client_error(self, sdk: Any, error: Exception) -> Exception:
+        """`RetryableError` or `SimulatorError` for an exception of the `openai` / `anthropic` SDK,
+        whose exception classes share their names."""
+        backend = sdk.__name__
+        if isinstance(error, (sdk.APITimeoutError, sdk.APIConnectionError)):
+            return RetryableError(f"{type(error).__name__}: the request timed out or could not connect")
+        if isinstance(error, sdk.APIStatusError):
+            status = error.status_code
+            detail = f"HTTP {status} from the server"
+            if status in RETRYABLE_STATUS or status >= 500:
+                return RetryableError(detail, retry_after_seconds(error.response.headers))
+            return SimulatorError(f"{backend}: {detail} (not retried): {self._redact(str(error))}")
+        malformed = (sdk.APIResponseValidationError, json.JSONDecodeError, ValueError, TypeError, AttributeError)
+        if isinstance(error, malformed):
+            return RetryableError(f"malformed response ({type(error).__name__})")
+        return SimulatorError(f"{backend}: unexpected {type(error).__name__}: {self._redact(str(error))}")
 
     def _redact(self, text: str) -> str:
         """`text` without the API key or anything that looks like one."""

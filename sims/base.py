@@ -75,6 +75,17 @@ class Reply:
         raise TypeError(f"a simulator must reply with text, a Message or a Reply, got {type(value).__name__}")
 
 
+def batch_arguments(
+    batch: Sequence[Any], tools: Sequence[Tools] | None, seeds: Sequence[int | None] | None
+) -> tuple[list[Tools], list[int | None]]:
+    """Per-view tools and seeds (None means none for every view), checked to match the batch."""
+    tool_list = list(tools) if tools is not None else [None] * len(batch)
+    seed_list = list(seeds) if seeds is not None else [None] * len(batch)
+    if not (len(tool_list) == len(seed_list) == len(batch)):
+        raise ValueError("batch, tools and seeds must have the same length")
+    return tool_list, seed_list
+
+
 def as_messages(messages: View) -> list[Message]:
     return [as_message(m) for m in messages]
 
@@ -122,10 +133,7 @@ class Simulator:
         self, batch: Sequence[View], tools: Sequence[Tools] | None = None, *, seeds: Sequence[int | None] | None = None
     ) -> list[Reply]:
         """One reply per view; `tools` and `seeds` are per view (or None for all)."""
-        tool_list = list(tools) if tools is not None else [None] * len(batch)
-        seed_list = list(seeds) if seeds is not None else [None] * len(batch)
-        if not (len(tool_list) == len(seed_list) == len(batch)):
-            raise ValueError("batch, tools and seeds must have the same length")
+        tool_list, seed_list = batch_arguments(batch, tools, seeds)
         if type(self).arespond is not Simulator.arespond:
             return run_sync(self.arespond_batch(batch, tool_list, seeds=seed_list))
         return [self.respond(m, t, seed=s) for m, t, s in zip(batch, tool_list, seed_list, strict=True)]
@@ -133,8 +141,7 @@ class Simulator:
     async def arespond_batch(
         self, batch: Sequence[View], tools: Sequence[Tools] | None = None, *, seeds: Sequence[int | None] | None = None
     ) -> list[Reply]:
-        tool_list = list(tools) if tools is not None else [None] * len(batch)
-        seed_list = list(seeds) if seeds is not None else [None] * len(batch)
+        tool_list, seed_list = batch_arguments(batch, tools, seeds)
         return list(
             await asyncio.gather(
                 *(self.arespond(m, t, seed=s) for m, t, s in zip(batch, tool_list, seed_list, strict=True))

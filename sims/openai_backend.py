@@ -10,7 +10,7 @@ from typing import Any
 from scope_envs.core.chat import ToolCall
 from sims.api import APISimulator
 from sims.base import Reply, SimulatorError, Usage
-from sims.retry import RETRYABLE_STATUS, RetryableError, retry_after_seconds
+from sims.retry import RetryableError
 
 
 class OpenAISimulator(APISimulator):
@@ -107,19 +107,7 @@ class OpenAISimulator(APISimulator):
     def _classify(self, error: Exception) -> Exception:
         import openai
 
-        if isinstance(error, (openai.APITimeoutError, openai.APIConnectionError)):
-            return RetryableError(f"{type(error).__name__}: the request timed out or could not connect")
-        if isinstance(error, openai.APIStatusError):
-            status = error.status_code
-            detail = f"HTTP {status} from the server"
-            if status in RETRYABLE_STATUS or status >= 500:
-                return RetryableError(detail, retry_after_seconds(error.response.headers))
-            return SimulatorError(f"openai: {detail} (not retried): {self._redact(str(error))}")
-        if isinstance(
-            error, (openai.APIResponseValidationError, json.JSONDecodeError, ValueError, TypeError, AttributeError)
-        ):
-            return RetryableError(f"malformed response ({type(error).__name__})")
-        return SimulatorError(f"openai: unexpected {type(error).__name__}: {self._redact(str(error))}")
+        return self._classify_client_error(openai, error)
 
 
 def _arguments(raw: Any) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from scope_envs.core.chat import Message
-from sims.base import Reply, Simulator, Tools, Usage, View, as_messages
+from sims.base import Reply, Simulator, Tools, Usage, View, as_messages, batch_arguments
 
 CANDIDATES_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -178,8 +178,7 @@ class VerbalizedSampling(Simulator):
     ) -> list[Reply]:
         """Each round asks every unresolved view at once (batched generation for local models)."""
         views = [as_messages(m) for m in batch]
-        tool_list = list(tools) if tools is not None else [None] * len(views)
-        seed_list = list(seeds) if seeds is not None else [None] * len(views)
+        tool_list, seed_list = batch_arguments(views, tools, seeds)
         prompted = [_with_instruction(view, self.k) for view in views]
         streams = [_seeds(seed, self.retries + 2) for seed in seed_list]
         usage = [Usage() for _ in views]

@@ -12,8 +12,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from scope_envs.core.actions import parse_action
-from sims.base import Reply, Simulator, Tools, View, as_messages
+from sims.base import Reply, Simulator, Tools, View, as_messages, batch_arguments
+from sims.hf_backend import generated_reply
 
 
 def vllm_available() -> tuple[bool, str]:
@@ -77,8 +77,7 @@ class VLLMSimulator(Simulator):
     ) -> list[Reply]:
         from vllm import SamplingParams
 
-        tool_list = list(tools) if tools is not None else [None] * len(batch)
-        seed_list = list(seeds) if seeds is not None else [None] * len(batch)
+        tool_list, seed_list = batch_arguments(batch, tools, seeds)
         replies: list[Reply | None] = [None] * len(batch)
         groups: dict[str, list[int]] = {}
         for index, tool_set in enumerate(tool_list):  # one engine call per distinct tool list
@@ -107,18 +106,13 @@ class VLLMSimulator(Simulator):
         token_ids = list(completion.token_ids)
         logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs or [], token_ids)]
         complete = len(logprobs) == len(token_ids)
-        parsed = parse_action(completion.text)
-        calls = parsed.message.tool_calls if parsed.message is not None and not parsed.call_errors else ()
-        return Reply(
-            text=(parsed.message.text if calls and parsed.message is not None else completion.text.strip()) or "",
-            tool_calls=calls,
-            token_ids=token_ids if complete else None,
-            logprobs=logprobs if complete else None,
-            metadata={
-                "prompt_ids": list(output.prompt_token_ids or []),
-                "finish_reason": completion.finish_reason,
-                "model": self.name,
-            },
+        metadata = {
+            "prompt_ids": list(output.prompt_token_ids or []),
+            "finish_reason": completion.finish_reason,
+            "model": self.name,
+        }
+        return generated_reply(
+            completion.text, token_ids if complete else None, logprobs if complete else None, metadata
         )
 
 
