@@ -7,6 +7,11 @@ from scope_envs.core.registration import register_dialogue_env
 # (name, "module:DialogueEnvClass", one-line description); each module stays importable without extras.
 BUILTIN: tuple[tuple[str, str, str], ...] = (
     ("P4G", "scope_envs.p4g.env:P4GEnv", "Persuasion for Good: persuade the user to donate part of a $2 payment"),
+    (
+        "CooperBench",
+        "scope_envs.cooperbench.env:CooperBenchEnv",
+        "CooperBench: two coding agents implement one feature each; merged patch, hidden tests",
+    ),
 )
 
 
