@@ -37,6 +37,9 @@ class LMPolicy:
 
             simulator.model = get_peft_model(simulator.model, LoraConfig(task_type="CAUSAL_LM", **lora))
         self.model = simulator.model
+        import inspect
+
+        self._keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
 
     @property
     def stop_ids(self) -> set[int]:
@@ -57,12 +60,15 @@ class LMPolicy:
         ids = torch.tensor([s.ids + [pad] * (width - len(s.ids)) for s in samples], device=device)
         attention = torch.tensor([[1] * len(s.ids) + [0] * (width - len(s.ids)) for s in samples], device=device)
         mask = torch.tensor([s.mask + [0] * (width - len(s.ids)) for s in samples], device=device)[:, 1:]
-        logits = self.model(input_ids=ids, attention_mask=attention).logits[:, :-1].float() / max(
-            self.temperature, 1e-6
-        )
-        logp_all = torch.log_softmax(logits, dim=-1)
-        logprobs = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)
-        entropy = -(logp_all.exp() * logp_all).sum(-1).detach()
+        # Only positions that predict a trained token need logits: skip the prompt prefix all share.
+        first = max(min(s.prompt_length for s in samples) - 1, 0)
+        keep = {"logits_to_keep": width - first} if self._keeps_logits else {}
+        logits = self.model(input_ids=ids, attention_mask=attention, **keep).logits[:, -(width - first) :]
+        logp_all = torch.log_softmax(logits[:, :-1].float() / max(self.temperature, 1e-6), dim=-1)
+        logprobs = torch.zeros(len(samples), width - 1, device=device)
+        logprobs[:, first:] = logp_all.gather(-1, ids[:, first + 1 :, None]).squeeze(-1)
+        entropy = torch.zeros(len(samples), width - 1, device=device)
+        entropy[:, first:] = -(logp_all.exp() * logp_all).sum(-1).detach()
         return logprobs, mask, entropy
 
     def save(self, directory: Path) -> None:

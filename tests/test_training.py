@@ -34,7 +34,7 @@ TINY = [
 ]
 
 
-def play(template=None, max_new_tokens=6):
+def play(template=None, max_new_tokens=6, return_simulator=False):
     model, tokenizer = tiny_chat_model()
     if template:
         tokenizer.chat_template = template
@@ -50,7 +50,7 @@ def play(template=None, max_new_tokens=6):
             trace.record(reply.token_ids, reply.logprobs, len(infos["agent"]["messages"]))
         else:
             infos = env.step({"user": user.respond(infos["user"]["messages"], seed=0)})[4]
-    return trace, tokenizer, infos
+    return (trace, tokenizer, infos, simulator) if return_simulator else (trace, tokenizer, infos)
 
 
 def test_token_in_token_out_sequence():
@@ -68,6 +68,17 @@ def test_token_in_token_out_sequence():
         if message["role"] == "user":
             assert message["content"] in text  # the other side's turns are in, as template deltas
     assert text.count("<|im_start|>assistant\n") == 3
+
+
+def test_training_logprobs_equal_the_sampled_ones():
+    from baselines.policy import LMPolicy
+
+    trace, _, _, simulator = play(return_simulator=True)
+    (sample,) = trace.samples()
+    logprobs, mask, _ = LMPolicy(simulator).sequence_logprobs([sample])
+    sampled = torch.tensor(sample.logprobs[1:])
+    assert torch.equal(mask[0], torch.tensor(sample.mask[1:]))
+    assert torch.allclose(logprobs[0][mask[0] == 1], sampled[mask[0] == 1], atol=1e-4)  # ratio 1 on-policy
 
 
 def test_a_template_that_rerenders_earlier_turns_is_trained_per_turn():
