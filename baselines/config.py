@@ -13,7 +13,8 @@ import yaml
 from baselines.advantages import ESTIMATORS
 from baselines.loss import AGGREGATIONS
 
-METHODS = ("single", "ensemble", "vs")
+METHODS = ("single", "ensemble", "vs", "cotrain", "population")
+SIMULATOR_REWARDS = ("adversarial", "cooperative", "curriculum")
 
 
 @dataclass
@@ -29,6 +30,15 @@ class TrainConfig:
     simulators: list[str] = field(default_factory=lambda: ["scripted"])
     vs_k: int = 5
     vs_draw: str = "random"
+    # co-training: the simulator is a trainable policy too (method cotrain / population)
+    simulator_policy: str | None = None  # its initial checkpoint; by default the same as `policy`
+    simulator_lr: float | None = None  # by default `lr`
+    simulator_kl_coef: float = 0.0
+    simulator_reward: str = "adversarial"  # adversarial (1 - r), cooperative (r), curriculum
+    tool_error_penalty: float = 0.1  # per tool error, subtracted from the curriculum reward
+    pool_every: int = 16  # population: snapshot the simulator every N steps
+    pool_size: int = 10
+    pool_sampling: str = "uniform"
     # rollouts
     steps: int = 10
     groups_per_step: int = 4
@@ -72,6 +82,12 @@ class TrainConfig:
             problems.append(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
         if self.side not in {"agent", "user"}:
             problems.append(f"side must be 'agent' or 'user', got {self.side!r}")
+        if self.simulator_reward not in SIMULATOR_REWARDS:
+            problems.append(f"simulator_reward must be one of {SIMULATOR_REWARDS}, got {self.simulator_reward!r}")
+        if self.method in {"cotrain", "population"} and self.side != "agent":
+            problems.append("co-training trains the agent and the simulator: keep side 'agent'")
+        if self.pool_sampling not in {"uniform", "latest"}:
+            problems.append(f"pool_sampling must be 'uniform' or 'latest', got {self.pool_sampling!r}")
         if self.method == "single" and len(self.simulators) != 1:
             problems.append(f"method 'single' trains against exactly one simulator, got {len(self.simulators)}")
         for name in (

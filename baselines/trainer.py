@@ -1,12 +1,18 @@
 """The multi-turn GRPO trainer: one loop, the methods are configurations of it.
 
-Read top to bottom: `collect` plays `groups_per_step` groups of `group_size` episodes (one
-scenario and one simulator per group) with every episode stepped together and the trained side's
-turns generated in batches, token-in token-out; `update` turns each group's rewards into
-advantages and takes one optimizer step on the clipped policy-gradient loss; `evaluate` measures
-held-out success against simulators never trained against; `save` / `resume` make a killed run
-continue exactly. Everything random in a step is derived from (seed, step), so a resumed run
-replays the same scenarios and samples.
+Read top to bottom: `collect` plays groups of episodes (one scenario and one set of players per
+group) with every episode stepped together and each trainable model's turns generated in batches,
+token-in token-out; `update` turns each group's rewards into advantages and takes one optimizer
+step per learner on the clipped policy-gradient loss; `evaluate` measures held-out success against
+simulators never trained against; `save` / `resume` make a killed run continue exactly.
+Everything random in a step is derived from (seed, step), so a resumed run replays the same
+scenarios, samples and pool draws.
+
+Methods: `single`, `ensemble` and `vs` train one side against frozen simulators; `cotrain` also
+trains the simulator, on its own turns of the same conversations, with its own optimizer and
+reward (adversarial 1 - r, cooperative r, or the curriculum reward); `population` is co-training
+whose groups are played by the live simulator or by one of its recent snapshots, drawn per group
+from a FIFO checkpoint pool.
 """
 
 from __future__ import annotations
@@ -17,37 +23,53 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from baselines.advantages import RunningBaseline, group_advantages
+from baselines.advantages import RunningBaseline, curriculum_reward, group_advantages
 from baselines.config import TrainConfig, dump_config
 from baselines.loss import LossConfig, policy_loss
 from baselines.metrics_log import MetricsLog
 from baselines.policy import LMPolicy, build_policy
 from baselines.traces import Sample, SideTrace
 from scope_envs.core.batch import DialogueBatch, respond_all
-from scope_envs.core.dialogue import SIDES, DialogueEnv, other_side
+from scope_envs.core.dialogue import AGENT, SIDES, USER, DialogueEnv, other_side
 from scope_envs.core.policy import PolicyError, import_object
 from scope_envs.core.registration import REGISTERED
 from sims.ensemble import Ensemble
+from sims.pool import CheckpointPool
 from sims.registry import make_simulator
 from sims.verbalized import VerbalizedSampling
+
+LIVE = "live"  # the population draw that lets the live simulator play a group
 
 
 @dataclass
 class Episode:
     group: int
     scenario_id: str
-    reward: float
+    rewards: dict[str, float]
     success: bool
     end_reason: str
     turns: int
-    samples: list[Sample]
+    samples: dict[str, list[Sample]]
     generated_tokens: int
+    tool_errors: dict[str, int]
+
+
+@dataclass
+class Learner:
+    """One trained model: its policy, optimizer, optional frozen reference, loss and baseline."""
+
+    side: str
+    policy: LMPolicy
+    optimizer: Any
+    loss_config: LossConfig
+    reference: Any = None
+    baseline: RunningBaseline = field(default_factory=RunningBaseline)
 
 
 def derive_seed(*parts: int) -> int:
@@ -57,6 +79,10 @@ def derive_seed(*parts: int) -> int:
 def is_success(reward: float, reward_info: dict[str, Any]) -> bool:
     components = reward_info.get("components", {})
     return bool(components["success"] > 0) if "success" in components else reward >= 1.0 - 1e-9
+
+
+def tool_errors(messages: list[dict[str, Any]]) -> int:
+    return sum(m["role"] == "tool" and str(m.get("content") or "").startswith("Error") for m in messages)
 
 
 class Trainer:
@@ -74,46 +100,116 @@ class Trainer:
         self.env_class = import_object(REGISTERED[config.env].entry_point)
         self.probe = self.make_env()
         self.side, self.partner_side = config.side, other_side(config.side)
-        self.policy: LMPolicy = build_policy(
-            config.policy,
-            temperature=config.temperature,
-            max_new_tokens=config.max_new_tokens,
-            device=config.device,
-            lora=config.lora,
-            seed=config.seed,
+        self.cotraining = config.method in {"cotrain", "population"}
+        self.learners = {
+            self.side: self._learner(self.side, config.policy, config.lr, config.kl_coef, seed=config.seed)
+        }
+        if self.cotraining:
+            spec = config.simulator_policy or config.policy
+            lr = config.simulator_lr if config.simulator_lr is not None else config.lr
+            self.learners[USER] = self._learner(USER, spec, lr, config.simulator_kl_coef, seed=config.seed + 1)
+            partners: list[Any] = []
+        else:
+            partners = [make_simulator(spec, env=self.probe, side=self.partner_side) for spec in config.simulators]
+            if config.method == "vs":
+                partners = [VerbalizedSampling(p, k=config.vs_k, draw=config.vs_draw) for p in partners]
+        self.partners = Ensemble(partners, mode="round_robin") if partners else None
+        self.pool = (
+            CheckpointPool(self.output / "sim_pool", max_size=config.pool_size)
+            if config.method == "population"
+            else None
         )
-        parameters = [p for p in self.policy.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay)
-        self.reference = copy.deepcopy(self.policy.model).eval() if config.kl_coef > 0 else None
-        partners = [make_simulator(spec, env=self.probe, side=self.partner_side) for spec in config.simulators]
-        if config.method == "vs":
-            partners = [VerbalizedSampling(p, k=config.vs_k, draw=config.vs_draw) for p in partners]
-        self.partners = Ensemble(partners, mode="round_robin")
-        self.baseline = RunningBaseline(decay=config.rae_decay)
-        self.loss_config = LossConfig(
-            clip_low=config.clip_low,
-            clip_high=config.clip_high,
-            kl_coef=config.kl_coef,
-            aggregation=config.aggregation,
-            constant_denominator=float(config.group_size * config.max_new_tokens),
-        )
+        if self.pool is not None and not self.pool.members:
+            self.pool.add(self.learners[USER].policy.save, step=0, meta={"origin": "initial simulator"})
+        self._snapshots: dict[str, LMPolicy] = {}
         self.step = 0
         self.metrics_path = self.output / "metrics.jsonl"
         self.checkpoints = self.output / "checkpoints"
         (self.output / "config.yaml").write_text(dump_config(config))
 
+    def _learner(self, side: str, spec: str, lr: float, kl_coef: float, *, seed: int) -> Learner:
+        import torch
+
+        config = self.config
+        policy = build_policy(
+            spec,
+            temperature=config.temperature,
+            max_new_tokens=config.max_new_tokens,
+            device=config.device,
+            lora=config.lora,
+            seed=seed,
+        )
+        optimizer = torch.optim.AdamW(
+            [p for p in policy.model.parameters() if p.requires_grad], lr=lr, weight_decay=config.weight_decay
+        )
+        loss_config = LossConfig(
+            clip_low=config.clip_low,
+            clip_high=config.clip_high,
+            kl_coef=kl_coef,
+            aggregation=config.aggregation,
+            constant_denominator=float(config.group_size * config.max_new_tokens),
+        )
+        reference = copy.deepcopy(policy.model).eval() if kl_coef > 0 else None
+        return Learner(side, policy, optimizer, loss_config, reference, RunningBaseline(decay=config.rae_decay))
+
     def make_env(self) -> DialogueEnv:
         return self.env_class(**self.config.env_kwargs)
+
+    # ---- who plays each group ------------------------------------------------------------------
+
+    def players(self, step: int, groups: int) -> tuple[list[dict[str, Any]], list[str]]:
+        """Each group's player per side, and the name of the user-side player (for metrics)."""
+        players, names = [], []
+        for group in range(groups):
+            own = {side: learner.policy for side, learner in self.learners.items()}
+            if not self.cotraining:
+                assert self.partners is not None
+                own[self.partner_side] = self.partners.pick(group)
+                names.append(f"simulator{self.partners.index_for(group)}")
+            elif self.pool is None:
+                names.append(LIVE)
+            else:
+                member = self.draw_member(step, group)
+                if member != LIVE:
+                    own[USER] = self._snapshot(member)
+                names.append(member)
+            players.append(own)
+        return players, names
+
+    def draw_member(self, step: int, group: int) -> str:
+        """The pool member that plays group `group` at `step`: a snapshot id, or LIVE."""
+        assert self.pool is not None
+        candidates = [m.id for m in self.pool.members] + [LIVE]
+        if self.config.pool_sampling == "latest":
+            return LIVE
+        return candidates[int(np.random.default_rng([self.config.seed, step, group, 7]).integers(len(candidates)))]
+
+    def _snapshot(self, member_id: str) -> LMPolicy:
+        if member_id not in self._snapshots:
+            assert self.pool is not None
+            member = next(m for m in self.pool.members if m.id == member_id)
+            policy = build_policy(
+                self.config.simulator_policy or self.config.policy,
+                temperature=self.config.temperature,
+                max_new_tokens=self.config.max_new_tokens,
+                device=self.config.device,
+                lora=self.config.lora,
+                seed=self.config.seed + 1,
+            )
+            policy.load_weights(self.pool.path(member))
+            self._snapshots[member_id] = policy
+        return self._snapshots[member_id]
 
     # ---- rollouts -------------------------------------------------------------------------------
 
     def collect(
-        self, step: int, *, groups: int, group_size: int, split: str, partners: list[Any], training: bool
+        self, step: int, *, group_size: int, split: str, players: list[dict[str, Any]], salt: int = 0
     ) -> list[Episode]:
-        """Plays `groups` x `group_size` episodes; group g's scenario and simulator are shared."""
+        """Plays `len(players)` groups of `group_size` episodes; group g's scenario and players are shared.
+        Turns of `LMPolicy` players are generated token-in token-out and kept as samples."""
         seeds, options, group_of = [], [], []
-        for group in range(groups):
-            group_seed = derive_seed(self.config.seed, step, group, 0 if training else 1)
+        for group in range(len(players)):
+            group_seed = derive_seed(self.config.seed, step, group, salt)
             scenario = self.probe.reset(seed=group_seed, options={"split": split})[1]["agent"]["scenario_id"]
             for member in range(group_size):
                 seeds.append(derive_seed(group_seed, member))
@@ -122,86 +218,120 @@ class Trainer:
         envs = [self.make_env() for _ in seeds]
         batch = DialogueBatch(envs)
         batch.reset(seeds=seeds, options=options)
-        traces = [SideTrace(self.policy.tokenizer, self.policy.stop_ids) for _ in envs]
+        traces: list[dict[str, SideTrace]] = [{} for _ in envs]
         generated = [0] * len(envs)
         while not batch.done:
             for side in SIDES:
                 pending = batch.pending(side)
-                if not pending:
-                    continue
-                if side == self.side:
-                    prompts = [traces[p.index].next_prompt(p.messages, p.tools) for p in pending]
-                    replies = self.policy.generate(prompts, [p.seed for p in pending])
-                    for p, reply in zip(pending, replies):
-                        batch.step(side, {p.index: reply})
-                        traces[p.index].record(
-                            reply.token_ids or [], reply.logprobs or [], len(batch.view(p.index, side))
-                        )
-                        generated[p.index] += len(reply.token_ids or [])
-                    continue
-                for partner_index in sorted({group_of[p.index] for p in pending}):
-                    members = [p for p in pending if group_of[p.index] == partner_index]
-                    replies = respond_all(partners[partner_index % len(partners)], members)
-                    for index, reply in replies.items():
-                        if isinstance(reply, PolicyError):
-                            batch.fail(index, str(reply))
-                        else:
-                            batch.step(side, {index: reply})
+                by_player: dict[int, tuple[Any, list[Any]]] = {}
+                for p in pending:
+                    player = players[group_of[p.index]][side]
+                    by_player.setdefault(id(player), (player, []))[1].append(p)
+                for player, members in by_player.values():
+                    if isinstance(player, LMPolicy):
+                        self._generate(player, side, members, batch, traces, generated)
+                    else:
+                        for index, reply in respond_all(player, members).items():
+                            batch.fail(index, str(reply)) if isinstance(reply, PolicyError) else batch.step(
+                                side, {index: reply}
+                            )
         episodes = []
         for index, result in enumerate(batch.results):
             assert result is not None
-            reward = result.rewards[self.side]
             episodes.append(
                 Episode(
                     group=group_of[index],
                     scenario_id=result.scenario_id,
-                    reward=reward,
-                    success=is_success(reward, result.reward_info[self.side]),
+                    rewards=dict(result.rewards),
+                    success=is_success(result.rewards[self.side], result.reward_info[self.side]),
                     end_reason=result.end_reason,
                     turns=result.turns,
-                    samples=traces[index].samples() if training else [],
+                    samples={side: trace.samples() for side, trace in traces[index].items()},
                     generated_tokens=generated[index],
+                    tool_errors={side: tool_errors(result.messages[side]) for side in SIDES},
                 )
             )
         return episodes
 
-    # ---- one update ------------------------------------------------------------------------------
+    def _generate(
+        self,
+        policy: LMPolicy,
+        side: str,
+        pending: list[Any],
+        batch: DialogueBatch,
+        traces: list[dict[str, SideTrace]],
+        generated: list[int],
+    ) -> None:
+        for p in pending:
+            traces[p.index].setdefault(side, SideTrace(policy.tokenizer, policy.stop_ids))
+        prompts = [traces[p.index][side].next_prompt(p.messages, p.tools) for p in pending]
+        replies = policy.generate(prompts, [p.seed for p in pending])
+        for p, reply in zip(pending, replies):
+            batch.step(side, {p.index: reply})
+            traces[p.index][side].record(reply.token_ids or [], reply.logprobs or [], len(batch.view(p.index, side)))
+            generated[p.index] += len(reply.token_ids or [])
 
-    def update(self, episodes: list[Episode]) -> dict[str, float]:
+    # ---- rewards and one update ----------------------------------------------------------------------
+
+    def side_rewards(self, side: str, members: list[Episode]) -> np.ndarray:
+        """The rewards a learner is trained on, for one group. The simulator's come from the agent's."""
+        if side == self.side or not self.cotraining:
+            return np.array([e.rewards[side] for e in members])
+        agent = np.array([e.rewards[AGENT] for e in members])
+        mode = self.config.simulator_reward
+        if mode == "adversarial":
+            return 1.0 - agent
+        if mode == "cooperative":
+            return agent
+        penalty = self.config.tool_error_penalty * np.array([e.tool_errors[USER] for e in members])
+        return curriculum_reward(agent) - penalty
+
+    def update(self, learner: Learner, episodes: list[Episode], groups: list[int]) -> dict[str, float]:
+        """One optimizer step for `learner` on the episodes of `groups` (the ones its policy played)."""
         import torch
 
-        advantages: list[float] = []
         rows: list[tuple[Sample, float]] = []
-        zero_variance = 0
-        for group in sorted({e.group for e in episodes}):
+        zero_variance, rewards_seen = 0, []
+        for group in groups:
             members = [e for e in episodes if e.group == group]
-            rewards = np.array([e.reward for e in members])
+            rewards = self.side_rewards(learner.side, members)
+            rewards_seen.extend(rewards.tolist())
             zero_variance += int(np.ptp(rewards) == 0)
-            key = (self.side, self.partners.index_for(group))
+            partner = self.partners.index_for(group) if self.partners is not None else LIVE
             values = group_advantages(
-                rewards, self.config.advantage, key=key, baseline=self.baseline, scale_std=self.config.scale_std
+                rewards,
+                self.config.advantage,
+                key=(learner.side, partner),
+                baseline=learner.baseline,
+                scale_std=self.config.scale_std,
             )
             for episode, advantage in zip(members, values):
-                advantages.append(float(advantage))
-                rows.extend((sample, float(advantage)) for sample in episode.samples)
-        self.policy.model.train()
-        self.optimizer.zero_grad()
+                rows.extend((sample, float(advantage)) for sample in episode.samples.get(learner.side, []))
+        summary: dict[str, float] = {"reward_trained": float(np.mean(rewards_seen)) if rewards_seen else float("nan")}
+        summary["zero_variance_groups"] = zero_variance / max(len(groups), 1)
+        if not rows:
+            return summary
+        policy = learner.policy
+        policy.model.train()
+        learner.optimizer.zero_grad()
         stats: dict[str, list[float]] = {}
         total_tokens = sum(sum(s.mask) for s, _ in rows) or 1
         for start in range(0, len(rows), self.config.micro_batch):
             chunk = rows[start : start + self.config.micro_batch]
             samples = [s for s, _ in chunk]
-            logprobs, mask, entropy = self.policy.sequence_logprobs(samples)
+            logprobs, mask, entropy = policy.sequence_logprobs(samples)
             old = torch.tensor(
                 [s.logprobs[1:] + [0.0] * (mask.shape[1] + 1 - len(s.logprobs)) for s in samples],
                 device=logprobs.device,
             )
-            adv = torch.tensor([[a] for _, a in chunk], device=logprobs.device).expand_as(logprobs)
-            ref = None
-            if self.reference is not None:
+            advantages = torch.tensor([[a] for _, a in chunk], device=logprobs.device).expand_as(logprobs)
+            reference = None
+            if learner.reference is not None:
                 with torch.no_grad():
-                    ref = self._reference_logprobs(samples)
-            loss, chunk_stats = policy_loss(logprobs, old, adv, mask, self.loss_config, ref_logprobs=ref)
+                    reference = reference_logprobs(policy, learner.reference, samples)
+            loss, chunk_stats = policy_loss(
+                logprobs, old, advantages, mask, learner.loss_config, ref_logprobs=reference
+            )
             weight = (
                 float(mask.sum()) / total_tokens if self.config.aggregation == "token_mean" else len(chunk) / len(rows)
             )
@@ -210,24 +340,12 @@ class Trainer:
             chunk_stats["loss"] = float(loss)
             for name, value in chunk_stats.items():
                 stats.setdefault(name, []).append(value)
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            [p for p in self.policy.model.parameters() if p.requires_grad], self.config.grad_clip
-        )
-        self.optimizer.step()
-        summary = {name: float(np.mean(values)) for name, values in stats.items() if name != "tokens"}
-        summary.update(
-            grad_norm=float(grad_norm), zero_variance_groups=zero_variance / max(len({e.group for e in episodes}), 1)
-        )
-        summary["trained_tokens"] = float(total_tokens)
+        parameters = [p for p in policy.model.parameters() if p.requires_grad]
+        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.config.grad_clip)
+        learner.optimizer.step()
+        summary.update({name: float(np.mean(values)) for name, values in stats.items() if name != "tokens"})
+        summary.update(grad_norm=float(grad_norm), trained_tokens=float(total_tokens))
         return summary
-
-    def _reference_logprobs(self, samples: list[Sample]) -> Any:
-        live = self.policy.model
-        self.policy.model = self.reference
-        try:
-            return self.policy.sequence_logprobs(samples)[0]
-        finally:
-            self.policy.model = live
 
     # ---- evaluation --------------------------------------------------------------------------------
 
@@ -235,16 +353,11 @@ class Trainer:
         """Held-out success: test-split scenarios against each evaluation simulator."""
         results: dict[str, float] = {}
         successes = []
+        policy = self.learners[self.side].policy
         for spec in self.config.eval_simulators:
             partner = make_simulator(spec, env=self.probe, side=self.partner_side)
-            episodes = self.collect(
-                step,
-                groups=self.config.eval_tasks,
-                group_size=self.config.eval_samples,
-                split="test",
-                partners=[partner],
-                training=False,
-            )
+            players = [{self.side: policy, self.partner_side: partner}] * self.config.eval_tasks
+            episodes = self.collect(step, group_size=self.config.eval_samples, split="test", players=players, salt=1)
             results[f"heldout_success/{spec}"] = float(np.mean([e.success for e in episodes]))
             successes.extend(e.success for e in episodes)
         results["heldout_success"] = float(np.mean(successes)) if successes else float("nan")
@@ -271,11 +384,14 @@ class Trainer:
         while self.step < self.config.steps:
             record = self.train_step(self.step)
             self.step += 1
+            if self.pool is not None and self.step % self.config.pool_every == 0:
+                self.pool.add(self.learners[USER].policy.save, step=self.step)
             if self.step % self.config.eval_every == 0 or self.step == self.config.steps:
                 record.update(self.evaluate(self.step))
-            log.write(record)
             if self.step % self.config.checkpoint_every == 0 or self.step == self.config.steps:
                 self.save()
+                record["disk_mb"] = disk_megabytes(self.output)
+            log.write(record)
             bar.update(1)
             bar.set_postfix(reward=f"{record['reward_mean']:.3f}", entropy=f"{record.get('entropy', float('nan')):.2f}")
         bar.close()
@@ -286,26 +402,37 @@ class Trainer:
 
     def train_step(self, step: int) -> dict[str, Any]:
         started = time.perf_counter()
-        partners = [self.partners.pick(g) for g in range(self.config.groups_per_step)]
-        episodes = self.collect(
-            step,
-            groups=self.config.groups_per_step,
-            group_size=self.config.group_size,
-            split="train",
-            partners=partners,
-            training=True,
-        )
+        groups = self.config.groups_per_step
+        players, names = self.players(step, groups)
+        episodes = self.collect(step, group_size=self.config.group_size, split="train", players=players)
         rollout_time = time.perf_counter() - started
-        record: dict[str, Any] = {"step": step + 1}
-        rewards = np.array([e.reward for e in episodes])
-        record.update(
-            reward_mean=float(rewards.mean()),
-            reward_std=float(rewards.std()),
-            success=float(np.mean([e.success for e in episodes])),
-            turns=float(np.mean([e.turns for e in episodes])),
-            generated_tokens_per_s=sum(e.generated_tokens for e in episodes) / max(rollout_time, 1e-9),
-        )
-        record.update(self.update(episodes))
+        rewards = np.array([e.rewards[self.side] for e in episodes])
+        record: dict[str, Any] = {
+            "step": step + 1,
+            "reward_mean": float(rewards.mean()),
+            "reward_std": float(rewards.std()),
+            "success": float(np.mean([e.success for e in episodes])),
+            "turns": float(np.mean([e.turns for e in episodes])),
+            "generated_tokens_per_s": sum(e.generated_tokens for e in episodes) / max(rollout_time, 1e-9),
+        }
+        for side, learner in self.learners.items():
+            own_groups = [g for g in range(groups) if players[g][side] is learner.policy]
+            stats = self.update(learner, episodes, own_groups)
+            prefix = "" if side == self.side else "simulator/"
+            record.update(
+                {
+                    f"{prefix}{name}": value
+                    for name, value in stats.items()
+                    if not (prefix == "" and name == "reward_trained")
+                }
+            )
+        if self.pool is not None:
+            for name in sorted(set(names)):
+                played = [e.rewards[AGENT] for e in episodes if names[e.group] == name]
+                record[f"pool/agent_reward/{name}"] = float(np.mean(played))
+            record["pool/size"] = len(self.pool.members)
+            record["pool/age_mean"] = float(np.mean(self.pool.ages(step + 1)))
+            self._snapshots.clear()
         record["step_time"] = time.perf_counter() - started
         return record
 
@@ -318,14 +445,14 @@ class Trainer:
         self.checkpoints.mkdir(exist_ok=True)
         final = self.checkpoints / f"step-{self.step:06d}"
         staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=self.checkpoints))
-        self.policy.save(staging / "policy")
-        torch.save(self.optimizer.state_dict(), staging / "optimizer.pt")
+        for side, learner in self.learners.items():
+            learner.policy.save(staging / side / "policy")
+            torch.save(learner.optimizer.state_dict(), staging / side / "optimizer.pt")
         torch.save(torch.get_rng_state(), staging / "torch_rng.pt")
-        state = {
-            "step": self.step,
-            "baseline": [[list(k), v] for k, v in self.baseline.values.items()],
-            "config": asdict(self.config),
+        baselines = {
+            side: [[list(k), v] for k, v in learner.baseline.values.items()] for side, learner in self.learners.items()
         }
+        state = {"step": self.step, "baselines": baselines, "config": asdict(self.config)}
         (staging / "state.json").write_text(json.dumps(state))
         if final.exists():
             shutil.rmtree(final)
@@ -336,7 +463,7 @@ class Trainer:
         return final
 
     def resume(self) -> bool:
-        """Continues from the latest checkpoint, if there is one; metrics after it are dropped."""
+        """Continues from the latest checkpoint, if there is one; later metrics and pool members are dropped."""
         import torch
 
         pointer = self.checkpoints / "latest"
@@ -344,17 +471,33 @@ class Trainer:
             return False
         directory = self.checkpoints / pointer.read_text().strip()
         state = json.loads((directory / "state.json").read_text())
-        self.policy.load_weights(directory / "policy")
-        self.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))
+        for side, learner in self.learners.items():
+            learner.policy.load_weights(directory / side / "policy")
+            learner.optimizer.load_state_dict(torch.load(directory / side / "optimizer.pt", weights_only=True))
+            learner.baseline.values = {tuple(k): v for k, v in state["baselines"].get(side, [])}
         torch.set_rng_state(torch.load(directory / "torch_rng.pt", weights_only=True))
-        self.baseline.values = {tuple(k): v for k, v in state["baseline"]}
         self.step = int(state["step"])
+        if self.pool is not None:
+            self.pool.drop_after(self.step)
         if self.metrics_path.exists():
             kept = [
                 line for line in self.metrics_path.read_text().splitlines() if json.loads(line)["step"] <= self.step
             ]
             _atomic_write(self.metrics_path, "".join(line + "\n" for line in kept))
         return True
+
+
+def reference_logprobs(policy: LMPolicy, reference: Any, samples: list[Sample]) -> Any:
+    live = policy.model
+    policy.model = reference
+    try:
+        return policy.sequence_logprobs(samples)[0]
+    finally:
+        policy.model = live
+
+
+def disk_megabytes(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -385,7 +528,12 @@ def plot_curves(history: list[dict[str, Any]], output: Path) -> list[Path]:
     left.plot([r["step"] for r in evaluated], [r["heldout_success"] for r in evaluated], "o-", label="held-out success")
     left.set_xlabel("step")
     left.legend()
-    right.plot(steps, [r.get("entropy", float("nan")) for r in history], color="tab:purple")
+    right.plot(steps, [r.get("entropy", float("nan")) for r in history], color="tab:purple", label="agent")
+    if any("simulator/entropy" in r for r in history):
+        right.plot(
+            steps, [r.get("simulator/entropy", float("nan")) for r in history], color="tab:orange", label="simulator"
+        )
+        right.legend()
     right.set_xlabel("step")
     right.set_title("policy token entropy")
     figure.tight_layout()

@@ -56,7 +56,13 @@ def main() -> None:
             logging_steps=1000,
         )
         dataset = Dataset.from_list([{"prompt": "hello"}] * args.batch)
-        trl = GRPOTrainer(model=model, reward_funcs=[lambda completions, **_: [0.0] * len(completions)], args=config, train_dataset=dataset, processing_class=tokenizer)
+        trl = GRPOTrainer(
+            model=model,
+            reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
+            args=config,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+        )
         trl.current_gradient_accumulation_steps = 1  # set by Trainer's loop, which this bypasses
         trl_inputs = {
             "prompt_ids": prompt_ids,

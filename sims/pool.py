@@ -105,6 +105,16 @@ class CheckpointPool:
             self._loaded = (member.id, self.loader(self.path(member)))
         return self._loaded[1]
 
+    def drop_after(self, step: int) -> list[PoolMember]:
+        """Removes members added after training step `step` (a resumed run replays those steps)."""
+        dropped = [m for m in self._members if m.step > step]
+        if dropped:
+            self._members = [m for m in self._members if m.step <= step]
+            self._write_manifest()
+            for member in dropped:
+                shutil.rmtree(self.path(member), ignore_errors=True)
+        return dropped
+
     def ages(self, step: int) -> list[int]:
         """How many training steps old each member is at `step`, oldest first."""
         return [step - member.step for member in self._members]

@@ -34,6 +34,17 @@ TINY = [
 ]
 
 
+COTRAIN = [
+    "policy=tiny",
+    "groups_per_step=2",
+    "group_size=2",
+    "max_new_tokens=6",
+    "env_kwargs={persona_source: synthetic, exchanges: 1}",
+    "eval_simulators=[scripted]",
+    "eval_tasks=1",
+]
+
+
 def play(template=None, max_new_tokens=6, return_simulator=False):
     model, tokenizer = tiny_chat_model()
     if template:
@@ -149,19 +160,26 @@ def run_cli(args, env):
 def final_weights(out):
     from safetensors.torch import load_file
 
-    latest = (out / "checkpoints" / "latest").read_text().strip()
-    return load_file(str(out / "checkpoints" / latest / "policy" / "model.safetensors"))
+    latest = out / "checkpoints" / (out / "checkpoints" / "latest").read_text().strip()
+    return {
+        f"{path.parent.parent.name}/{name}": tensor
+        for path in sorted(latest.glob("*/policy/model.safetensors"))
+        for name, tensor in load_file(str(path)).items()
+    }
 
 
 def comparable(out):
-    drop = {"step_time", "generated_tokens_per_s"}
+    drop = {"step_time", "generated_tokens_per_s", "disk_mb"}
     return [
         {k: v for k, v in json.loads(line).items() if k not in drop}
         for line in (out / "metrics.jsonl").read_text().splitlines()
     ]
 
 
-def test_a_killed_run_resumes_exactly(tmp_path):
+@pytest.mark.parametrize("method", ["single", "population"])
+def test_a_killed_run_resumes_exactly(tmp_path, method):
+    """SIGKILL mid-way, then --resume: the final weights (both models, for population) and the
+    metrics equal those of an uninterrupted run; the pool is replayed exactly."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'tests'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     settings = [
         *TINY,
@@ -172,6 +190,16 @@ def test_a_killed_run_resumes_exactly(tmp_path):
         "eval_tasks=1",
         "keep_checkpoints=5",
     ]
+    if method == "population":
+        population = [
+            "method=population",
+            "pool_every=1",
+            "pool_size=2",
+            "steps=3",
+            "checkpoint_every=1",
+            "eval_every=100",
+        ]
+        settings = [*COTRAIN, *population]
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     assert run_cli([*settings, f"output_dir={whole}"], env).wait(timeout=600) == 0
     process = run_cli([*settings, f"output_dir={killed}"], env)
@@ -186,6 +214,10 @@ def test_a_killed_run_resumes_exactly(tmp_path):
     assert expected.keys() == resumed.keys()
     assert all(torch.equal(expected[name], resumed[name]) for name in expected)
     assert comparable(whole) == comparable(killed)
+    if method == "population":
+        assert (whole / "sim_pool" / "pool.json").read_text().count("ckpt-") == (
+            killed / "sim_pool" / "pool.json"
+        ).read_text().count("ckpt-")
 
 
 def test_shipped_configs_are_valid():
@@ -222,8 +254,84 @@ def test_lora_training_saves_and_reloads_the_adapter(tmp_path, capsys):
     out = tmp_path / "lora"
     lora = "lora={r: 4, lora_alpha: 8, target_modules: [q_proj, v_proj]}"
     assert main(["train", *TINY, "steps=1", lora, f"output_dir={out}"]) == 0
-    policy_dir = out / "checkpoints" / "step-000001" / "policy"
+    policy_dir = out / "checkpoints" / "step-000001" / "agent" / "policy"
     assert (policy_dir / "adapter_config.json").is_file() and (policy_dir / "adapter_model.safetensors").is_file()
     capsys.readouterr()
     assert main(["eval", str(out / "config.yaml")]) == 0  # the adapter loads back into a fresh policy
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["step"] == 1
+
+
+@pytest.mark.parametrize("reward", ["adversarial", "cooperative", "curriculum"])
+def test_cotrain_each_simulator_reward(tmp_path, reward):
+    out = tmp_path / reward
+    assert (
+        main(["train", *COTRAIN, "method=cotrain", f"simulator_reward={reward}", "steps=1", f"output_dir={out}"]) == 0
+    )
+    (record,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    for key in ("reward_mean", "entropy", "simulator/entropy", "simulator/reward_trained", "simulator/loss", "disk_mb"):
+        assert key in record, key
+    if reward == "adversarial":
+        assert record["simulator/reward_trained"] == pytest.approx(1 - record["reward_mean"])
+    if reward == "cooperative":
+        assert record["simulator/reward_trained"] == pytest.approx(record["reward_mean"])
+    assert (out / "checkpoints" / "step-000001" / "user" / "policy").is_dir()
+
+
+def test_each_side_trains_only_on_its_own_tokens(tmp_path):
+    from baselines.config import load_config
+    from baselines.loss import policy_loss
+    from baselines.trainer import Trainer
+
+    trainer = Trainer(
+        load_config(
+            None,
+            [
+                *COTRAIN,
+                "method=cotrain",
+                "env_kwargs={persona_source: synthetic, exchanges: 2}",
+                f"output_dir={tmp_path}",
+            ],
+        )
+    )
+    players, _ = trainer.players(0, 1)
+    (episode, *_) = trainer.collect(0, group_size=1, split="train", players=players)
+    agent_sample, user_sample = episode.samples["agent"][0], episode.samples["user"][0]
+    tokenizer = trainer.learners["agent"].policy.tokenizer
+    user_tokens = [t for s in episode.samples["user"] for t, m in zip(s.ids, s.mask) if m]
+    assert tokenizer.decode(user_tokens) and sum(user_sample.mask) == len(user_tokens)
+    policy = trainer.learners["agent"].policy
+    logprobs, mask, _ = policy.sequence_logprobs([agent_sample])
+    logprobs = logprobs.detach().requires_grad_(True)
+    old = torch.tensor([agent_sample.logprobs[1:]])
+    advantage = torch.ones_like(logprobs)
+    loss, _ = policy_loss(logprobs, old, advantage, mask, trainer.learners["agent"].loss_config)
+    perturbed = old.clone()
+    perturbed[mask == 0] += torch.randn(int((mask == 0).sum()))  # everything that is not the agent's own tokens
+    loss_perturbed, _ = policy_loss(logprobs, perturbed, advantage, mask, trainer.learners["agent"].loss_config)
+    assert float(loss) == float(loss_perturbed)
+    loss.backward()
+    assert torch.all(logprobs.grad[mask == 0] == 0) and torch.any(logprobs.grad[mask == 1] != 0)
+
+
+def test_population_pool_draws_evictions_and_reloads(tmp_path):
+    out = tmp_path / "population"
+    settings = [
+        *COTRAIN,
+        "method=population",
+        "pool_every=1",
+        "pool_size=2",
+        "steps=3",
+        "groups_per_step=4",
+        f"output_dir={out}",
+    ]
+    assert main(["train", *settings]) == 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    manifest = json.loads((out / "sim_pool" / "pool.json").read_text())
+    assert [m["id"] for m in manifest["members"]] == ["ckpt-000002", "ckpt-000003"]  # FIFO of size 2
+    assert sorted(p.name for p in (out / "sim_pool").iterdir() if p.name.startswith("ckpt")) == [
+        "ckpt-000002",
+        "ckpt-000003",
+    ]
+    drawn = {key.split("/")[-1] for r in records for key in r if key.startswith("pool/agent_reward/")}
+    assert "live" in drawn and drawn - {"live"}, drawn  # the live simulator and snapshots both played
+    assert [r["pool/size"] for r in records] == [1, 2, 2]
