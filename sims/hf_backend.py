@@ -74,6 +74,19 @@ def smollm2_path() -> Path:
     return target
 
 
+def json_opening(schema: dict[str, Any]) -> str:
+    """The text a JSON value of `schema` starts with, down to its first string field:
+    `{"responses": [{"text": "` for an object holding a list of objects with a `text` field."""
+    if schema.get("type") == "object" and schema.get("properties"):
+        key, inner = next(iter(schema["properties"].items()))
+        return '{"' + key + '": ' + json_opening(inner)
+    if schema.get("type") == "array":
+        return "[" + json_opening(schema.get("items", {}))
+    if schema.get("type") == "string":
+        return '"'
+    return ""
+
+
 def generated_reply(
     text: str, token_ids: list[int] | None, logprobs: list[float] | None, metadata: dict[str, Any]
 ) -> Reply:
@@ -158,6 +171,22 @@ class HFSimulator(Simulator):
 
     def respond(self, messages: View, tools: Tools = None, *, seed: int | None = None) -> Reply:
         return self.respond_batch([messages], [tools], seeds=[seed])[0]
+
+    #: `respond_json` guides rather than guarantees: the reply is started with the schema's opening
+    #: and the model writes the rest, so parsers of its text must tolerate broken JSON.
+    supports_structured_output = True
+
+    def respond_json(
+        self, messages: View, schema: dict[str, Any], *, seed: int | None = None, name: str = "response"
+    ) -> Reply:
+        """A JSON reply, started for the model with the opening of `schema`'s first fields."""
+        opening = json_opening(schema)
+        prompt = self.render(messages) + list(self.tokenizer(opening, add_special_tokens=False)["input_ids"])
+        reply = self.generate([prompt], [seed])[0]
+        reply.text = opening + self.tokenizer.decode(reply.token_ids or [], skip_special_tokens=True)
+        reply.tool_calls = ()
+        reply.metadata["json_opening"] = opening
+        return reply
 
     def respond_batch(
         self, batch: Sequence[View], tools: Sequence[Tools] | None = None, *, seeds: Sequence[int | None] | None = None

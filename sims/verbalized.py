@@ -75,8 +75,9 @@ def vs_instruction(system_prompt: str, k: int) -> str:
 def parse_candidates(text: str, k: int) -> list[Candidate]:
     """Candidates from a model's answer: JSON (fenced, surrounded by text, as an object or list) or
     `<response><text>..</text><probability>..</probability></response>` blocks. Missing or
-    malformed probabilities become None; empty texts are dropped; at most `k` are kept."""
-    for loader in (_from_json, _from_tags):
+    malformed probabilities become None; empty texts are dropped; at most `k` are kept. JSON that
+    does not parse (cut off, a missing brace) still yields its `"text"` fields."""
+    for loader in (_from_json, _from_tags, _from_fields):
         candidates = [c for c in loader(text) if c.text.strip()]
         if candidates:
             return candidates[:k]
@@ -133,6 +134,26 @@ _TAGGED = re.compile(
 
 def _from_tags(text: str) -> list[Candidate]:
     return [Candidate(body.strip(), _probability(prob) if prob else None) for body, prob in _TAGGED.findall(text)]
+
+
+_TEXT_FIELD = re.compile(r'"(?:text|response|reply)"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_PROBABILITY_FIELD = re.compile(r'"(?:probability|prob|p)"\s*:\s*"?\s*([0-9.]+%?)')
+
+
+def _from_fields(text: str) -> list[Candidate]:
+    """Broken JSON (cut off, missing braces), as small models write it: each `"text": "..."`
+    field is a candidate, with the first probability field that follows it, if any, before the next."""
+    matches = list(_TEXT_FIELD.finditer(text))
+    candidates = []
+    for index, match in enumerate(matches):
+        end = matches[index + 1].start() if index + 1 < len(matches) else len(text)
+        probability = _PROBABILITY_FIELD.search(text, match.end(), end)
+        try:
+            body = json.loads(f'"{match.group(1)}"')
+        except ValueError:
+            body = match.group(1)
+        candidates.append(Candidate(body, _probability(probability.group(1)) if probability else None))
+    return candidates
 
 
 def draw_index(candidates: Sequence[Candidate], draw: str, rng: np.random.Generator) -> int:

@@ -82,3 +82,15 @@ def test_vllm_fails_clearly_without_cuda():
     with pytest.raises(ImportError, match="vllm:some/model"):
         make_simulator("vllm:some/model")
     assert why
+
+
+def test_json_replies_are_started_for_the_model(tiny):
+    from sims.hf_backend import json_opening
+    from sims.verbalized import CANDIDATES_SCHEMA, VerbalizedSampling
+
+    opening = json_opening(CANDIDATES_SCHEMA)
+    assert opening == '{"responses": [{"text": "'
+    reply = tiny.respond_json(VIEW, CANDIDATES_SCHEMA, seed=0)
+    assert reply.text.startswith(opening) and reply.metadata["json_opening"] == opening
+    vs = VerbalizedSampling(tiny, k=3).respond(VIEW, seed=0)  # a random model: verbalizes or falls back, never raises
+    assert vs.metadata["vs_fallback"] in {True, False}

@@ -54,6 +54,10 @@ from sims.verbalized import (
             "<response><text>hi</text><probability>0.2</probability></response><response><text>yo</text></response>",
             [("hi", 0.2), ("yo", None)],
         ),
+        (
+            '{"responses": [{"text": "a", "probability": "0.2"}, {"text": "b \\"q\\"", "p": 0.3}}, "text": "cut',
+            [("a", 0.2), ('b "q"', 0.3)],
+        ),
         ("I'd rather just say no.", []),
         ('{"responses": [', []),
     ],
