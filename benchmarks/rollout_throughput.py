@@ -15,9 +15,8 @@ from baselines.trainer import Trainer
 
 def measure(trainer: Trainer, groups: int, group_size: int) -> tuple[float, float]:
     started = time.perf_counter()
-    episodes = trainer.collect(
-        0, groups=groups, group_size=group_size, split="train", partners=[trainer.partners.pick(0)], training=True
-    )
+    players, _ = trainer.players(0, groups)
+    episodes = trainer.collect(0, group_size=group_size, split="train", players=players)
     elapsed = time.perf_counter() - started
     return len(episodes) / elapsed, sum(e.generated_tokens for e in episodes) / elapsed
 

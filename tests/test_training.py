@@ -335,3 +335,24 @@ def test_population_pool_draws_evictions_and_reloads(tmp_path):
     drawn = {key.split("/")[-1] for r in records for key in r if key.startswith("pool/agent_reward/")}
     assert "live" in drawn and drawn - {"live"}, drawn  # the live simulator and snapshots both played
     assert [r["pool/size"] for r in records] == [1, 2, 2]
+
+
+def test_rollout_benchmark_runs():
+    result = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/rollout_throughput.py",
+            "--policy",
+            "tiny",
+            "--episodes",
+            "2",
+            "--max-new-tokens",
+            "4",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "ratio batched / one-at-a-time" in result.stdout
