@@ -53,6 +53,7 @@ def policy_loss(
         per_token = per_token + config.kl_coef * kl
     loss = aggregate(per_token, mask, config)
     tokens = mask.sum().clamp(min=1)
+    ratio, kl = ratio.detach(), kl.detach()  # statistics only
     is_clipped = ((ratio < 1 - config.clip_low) & (advantages < 0)) | (
         (ratio > 1 + config.clip_high) & (advantages > 0)
     )
