@@ -25,6 +25,7 @@ class TrainConfig:
     side: str = "agent"
     policy: str = "tiny"  # "tiny" (random, for tests), "smollm2", or "hf:MODEL_OR_PATH"
     device: str | None = None
+    generation_engine: str = "transformers"  # or "vllm" (GPU; needs lora) for the trained policy's turns
     # against whom
     method: str = "single"
     simulators: list[str] = field(default_factory=lambda: ["scripted"])
@@ -82,6 +83,12 @@ class TrainConfig:
             problems.append(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
         if self.side not in {"agent", "user"}:
             problems.append(f"side must be 'agent' or 'user', got {self.side!r}")
+        if self.generation_engine not in {"transformers", "vllm"}:
+            problems.append(f"generation_engine must be 'transformers' or 'vllm', got {self.generation_engine!r}")
+        if self.generation_engine == "vllm" and not (self.lora and self.policy.startswith("hf:")):
+            problems.append(
+                "generation_engine 'vllm' serves the trained policy as a LoRA adapter: set lora and an hf: policy"
+            )
         if self.simulator_reward not in SIMULATOR_REWARDS:
             problems.append(f"simulator_reward must be one of {SIMULATOR_REWARDS}, got {self.simulator_reward!r}")
         if self.method in {"cotrain", "population"} and self.side != "agent":

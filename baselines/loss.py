@@ -43,6 +43,7 @@ def policy_loss(
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1 - config.clip_low, 1 + config.clip_high) * advantages
     per_token = -torch.minimum(unclipped, clipped)
+    weight = None
     if behaviour_logprobs is not None:
         weight = torch.clamp(torch.exp(old_logprobs - behaviour_logprobs), max=config.is_cap).detach()
         per_token = per_token * weight
@@ -64,6 +65,8 @@ def policy_loss(
         "ratio_max": float(torch.where(mask > 0, ratio, torch.zeros_like(ratio)).max()),
         "tokens": float(mask.sum()),
     }
+    if weight is not None:
+        stats["is_weight_mean"] = float((weight * mask).sum() / tokens)
     return loss, stats
 
 

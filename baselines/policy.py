@@ -37,6 +37,7 @@ class LMPolicy:
 
             simulator.model = get_peft_model(simulator.model, LoraConfig(task_type="CAUSAL_LM", **lora))
         self.model = simulator.model
+        self.engine: Any = None  # a VLLMGeneration when generation runs on vLLM
         import inspect
 
         self._keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
@@ -46,6 +47,8 @@ class LMPolicy:
         return self.simulator.stop_ids
 
     def generate(self, prompts: list[list[int]], seeds: Sequence[int | None]) -> list[Reply]:
+        if self.engine is not None:
+            return self.engine.generate(prompts, seeds)
         self.model.eval()
         return self.simulator.generate(prompts, seeds)
 

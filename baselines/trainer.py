@@ -150,6 +150,17 @@ class Trainer:
             constant_denominator=float(config.group_size * config.max_new_tokens),
         )
         reference = copy.deepcopy(policy.model).eval() if kl_coef > 0 else None
+        if config.generation_engine == "vllm":
+            from baselines.vllm_engine import VLLMGeneration
+
+            policy.engine = VLLMGeneration(
+                spec.removeprefix("hf:"),
+                adapter_dir=self.output / "served_adapters" / side,
+                temperature=config.temperature,
+                max_new_tokens=config.max_new_tokens,
+                max_lora_rank=int(config.lora["r"]) if config.lora else 64,
+            )
+            policy.engine.sync(policy.model)
         return Learner(side, policy, optimizer, loss_config, reference, RunningBaseline(decay=config.rae_decay))
 
     def make_env(self) -> DialogueEnv:
@@ -320,17 +331,26 @@ class Trainer:
             chunk = rows[start : start + self.config.micro_batch]
             samples = [s for s, _ in chunk]
             logprobs, mask, entropy = policy.sequence_logprobs(samples)
-            old = torch.tensor(
+            sampled = torch.tensor(
                 [s.logprobs[1:] + [0.0] * (mask.shape[1] + 1 - len(s.logprobs)) for s in samples],
                 device=logprobs.device,
             )
+            # With vLLM sampling, the trainer's own log-probs before this update are the "old" ones
+            # and vLLM's are the behaviour policy's, corrected for by truncated importance sampling.
+            old, behaviour = (logprobs.detach(), sampled) if policy.engine is not None else (sampled, None)
             advantages = torch.tensor([[a] for _, a in chunk], device=logprobs.device).expand_as(logprobs)
             reference = None
             if learner.reference is not None:
                 with torch.no_grad():
                     reference = reference_logprobs(policy, learner.reference, samples)
             loss, chunk_stats = policy_loss(
-                logprobs, old, advantages, mask, learner.loss_config, ref_logprobs=reference
+                logprobs,
+                old,
+                advantages,
+                mask,
+                learner.loss_config,
+                ref_logprobs=reference,
+                behaviour_logprobs=behaviour,
             )
             weight = (
                 float(mask.sum()) / total_tokens if self.config.aggregation == "token_mean" else len(chunk) / len(rows)
@@ -343,6 +363,8 @@ class Trainer:
         parameters = [p for p in policy.model.parameters() if p.requires_grad]
         grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.config.grad_clip)
         learner.optimizer.step()
+        if policy.engine is not None:
+            policy.engine.sync(policy.model)
         summary.update({name: float(np.mean(values)) for name, values in stats.items() if name != "tokens"})
         summary.update(grad_norm=float(grad_norm), trained_tokens=float(total_tokens))
         return summary

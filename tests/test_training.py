@@ -356,3 +356,23 @@ def test_rollout_benchmark_runs():
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "ratio batched / one-at-a-time" in result.stdout
+
+
+def test_vllm_generation_is_validated_and_skips_cleanly_without_cuda(tmp_path):
+    from baselines.trainer import Trainer
+    from sims.vllm_backend import vllm_available
+
+    with pytest.raises(ValueError, match="LoRA adapter"):
+        load_config(None, ["generation_engine=vllm"])
+    config = load_config(
+        None,
+        ["generation_engine=vllm", "policy=hf:some/model", "lora={r: 8, lora_alpha: 16}", f"output_dir={tmp_path}"],
+    )
+    if vllm_available()[0]:
+        pytest.skip("a CUDA device with vLLM is here: the GPU run covers this path")
+    from baselines.vllm_engine import VLLMGeneration
+
+    with pytest.raises(ImportError, match="generation_engine 'vllm'"):
+        VLLMGeneration("some/model", adapter_dir=tmp_path, temperature=1.0, max_new_tokens=8)
+    with pytest.raises((ImportError, OSError)):
+        Trainer(config)  # no CUDA (or no such model offline): a clear error, before any training
