@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sims.base import Reply
-from sims.hf_backend import generated_reply
-from sims.vllm_backend import vllm_available
+from sims.vllm_backend import reply_from_output, vllm_available
 
 
 class VLLMGeneration:
@@ -64,16 +63,4 @@ class VLLMGeneration:
         outputs = self.engine.generate(
             [TokensPrompt(prompt_token_ids=p) for p in prompts], params, lora_request=self.lora, use_tqdm=False
         )
-        replies = []
-        for prompt, output in zip(prompts, outputs):
-            completion = output.outputs[0]
-            token_ids = list(completion.token_ids)
-            logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs or [], token_ids)]
-            metadata = {
-                "prompt_ids": prompt,
-                "finish_reason": completion.finish_reason,
-                "engine": "vllm",
-                "adapter": self.version,
-            }
-            replies.append(generated_reply(completion.text, token_ids, logprobs, metadata))
-        return replies
+        return [reply_from_output(output, engine="vllm", adapter=self.version) for output in outputs]

@@ -98,22 +98,23 @@ class VLLMSimulator(Simulator):
                 conversations, params, lora_request=self.lora, tools=json.loads(key) or None, use_tqdm=False
             )
             for i, output in zip(indices, outputs):
-                replies[i] = self._reply(output)
+                replies[i] = reply_from_output(output, model=self.name)
         return [r for r in replies if r is not None]
 
-    def _reply(self, output: Any) -> Reply:
-        completion = output.outputs[0]
-        token_ids = list(completion.token_ids)
-        logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs or [], token_ids)]
-        complete = len(logprobs) == len(token_ids)
-        metadata = {
-            "prompt_ids": list(output.prompt_token_ids or []),
-            "finish_reason": completion.finish_reason,
-            "model": self.name,
-        }
-        return generated_reply(
-            completion.text, token_ids if complete else None, logprobs if complete else None, metadata
-        )
+
+def reply_from_output(output: Any, **metadata: Any) -> Reply:
+    """A reply from one vLLM request output: its text, and its token ids with their sampling
+    log-probs (both left out when the engine did not return a log-prob for every token)."""
+    completion = output.outputs[0]
+    token_ids = list(completion.token_ids)
+    logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs or [], token_ids)]
+    complete = len(logprobs) == len(token_ids)
+    metadata = {
+        "prompt_ids": list(output.prompt_token_ids or []),
+        "finish_reason": completion.finish_reason,
+        **metadata,
+    }
+    return generated_reply(completion.text, token_ids if complete else None, logprobs if complete else None, metadata)
 
 
 def make_vllm(model: str, **kwargs: Any) -> VLLMSimulator:
