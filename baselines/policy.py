@@ -102,9 +102,22 @@ class LMPolicy:
 
 
 def build_policy(
-    spec: str, *, temperature: float, max_new_tokens: int, device: str | None, lora: dict[str, Any] | None, seed: int
-) -> LMPolicy:
-    """`tiny` (a random model for tests), `smollm2`, or `hf:MODEL_OR_PATH`."""
+    spec: str,
+    *,
+    temperature: float,
+    max_new_tokens: int,
+    device: str | None,
+    lora: dict[str, Any] | None,
+    seed: int,
+    env: Any = None,
+    side: str = "agent",
+) -> Any:
+    """`tiny` (a random model for tests), `smollm2`, `hf:MODEL_OR_PATH`, or for act-level envs
+    `linear` / `family:F[@GAMMA]` (see `baselines.act_policy`)."""
+    if spec == "linear" or spec.startswith("family:"):
+        from baselines.act_policy import build_act_policy
+
+        return build_act_policy(spec, env=env, side=side, temperature=temperature)
     kwargs = {"temperature": temperature, "max_new_tokens": max_new_tokens, "device": device}
     if spec == "tiny":
         from sims.testing import tiny_chat_model
@@ -116,5 +129,5 @@ def build_policy(
     elif spec.startswith("hf:"):
         simulator = HFSimulator(spec[3:], **kwargs)
     else:
-        raise ValueError(f"unknown policy {spec!r}: use 'tiny', 'smollm2' or 'hf:MODEL_OR_PATH'")
+        raise ValueError(f"unknown policy {spec!r}: use 'tiny', 'smollm2', 'hf:MODEL_OR_PATH', 'linear' or 'family:F'")
     return LMPolicy(simulator, lora=lora)

@@ -23,6 +23,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,12 +32,14 @@ import numpy as np
 
 from baselines.advantages import RunningBaseline, curriculum_reward, group_advantages
 from baselines.config import TrainConfig, dump_config
+from baselines.episodes import Episode, derive_seed, is_success, tool_errors
 from baselines.loss import LossConfig, policy_loss
 from baselines.metrics_log import MetricsLog
 from baselines.policy import LMPolicy, build_policy
 from baselines.traces import Sample, SideTrace
 from scope_envs.core.batch import DialogueBatch, respond_all
 from scope_envs.core.dialogue import AGENT, SIDES, USER, DialogueEnv, other_side
+from scope_envs.core.failpoints import failpoint
 from scope_envs.core.policy import PolicyError, import_object
 from scope_envs.core.registration import REGISTERED
 from sims.ensemble import Ensemble
@@ -45,19 +48,6 @@ from sims.registry import make_simulator
 from sims.verbalized import VerbalizedSampling
 
 LIVE = "live"  # the population draw that lets the live simulator play a group
-
-
-@dataclass
-class Episode:
-    group: int
-    scenario_id: str
-    rewards: dict[str, float]
-    success: bool
-    end_reason: str
-    turns: int
-    samples: dict[str, list[Sample]]
-    generated_tokens: int
-    tool_errors: dict[str, int]
 
 
 @dataclass
@@ -70,19 +60,6 @@ class Learner:
     loss_config: LossConfig
     reference: Any = None
     baseline: RunningBaseline = field(default_factory=RunningBaseline)
-
-
-def derive_seed(*parts: int) -> int:
-    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0] % (2**31 - 1))
-
-
-def is_success(reward: float, reward_info: dict[str, Any]) -> bool:
-    components = reward_info.get("components", {})
-    return bool(components["success"] > 0) if "success" in components else reward >= 1.0 - 1e-9
-
-
-def tool_errors(messages: list[dict[str, Any]]) -> int:
-    return sum(m["role"] == "tool" and str(m.get("content") or "").startswith("Error") for m in messages)
 
 
 class Trainer:
@@ -111,11 +88,16 @@ class Trainer:
             partners: list[Any] = []
         else:
             partners = [make_simulator(spec, env=self.probe, side=self.partner_side) for spec in config.simulators]
-            if config.method == "vs":
-                partners = [VerbalizedSampling(p, k=config.vs_k, draw=config.vs_draw) for p in partners]
+            if config.method == "vs":  # a simulator with its own form of Verbalized Sampling provides it
+                partners = [
+                    p.verbalized(config.vs_k)
+                    if hasattr(p, "verbalized")
+                    else VerbalizedSampling(p, k=config.vs_k, draw=config.vs_draw)
+                    for p in partners
+                ]
         self.partners = Ensemble(partners, mode="round_robin") if partners else None
         self.pool = (
-            CheckpointPool(self.output / "sim_pool", max_size=config.pool_size)
+            CheckpointPool(self.output / "sim_pool", max_size=config.pool_size, retain_evicted=True)
             if config.method == "population"
             else None
         )
@@ -138,6 +120,8 @@ class Trainer:
             device=config.device,
             lora=config.lora,
             seed=seed,
+            env=self.probe,
+            side=side,
         )
         optimizer = torch.optim.AdamW(
             [p for p in policy.model.parameters() if p.requires_grad], lr=lr, weight_decay=config.weight_decay
@@ -183,7 +167,7 @@ class Trainer:
                 member = self.draw_member(step, group)
                 if member != LIVE:
                     own[USER] = self._snapshot(member)
-                names.append(member)
+                names.append(self._member_label(member))
             players.append(own)
         return players, names
 
@@ -194,6 +178,13 @@ class Trainer:
         if self.config.pool_sampling == "latest":
             return LIVE
         return candidates[int(np.random.default_rng([self.config.seed, step, group, 7]).integers(len(candidates)))]
+
+    def _member_label(self, member_id: str) -> str:
+        """A replay-stable name for metrics: ids never repeat, so a resumed run's differ."""
+        assert self.pool is not None
+        if member_id == LIVE:
+            return LIVE
+        return f"snapshot@{next(m.step for m in self.pool.members if m.id == member_id)}"
 
     def _snapshot(self, member_id: str) -> LMPolicy:
         if member_id not in self._snapshots:
@@ -206,6 +197,8 @@ class Trainer:
                 device=self.config.device,
                 lora=self.config.lora,
                 seed=self.config.seed + 1,
+                env=self.probe,
+                side=USER,
             )
             policy.load_weights(self.pool.path(member))
             self._snapshots[member_id] = policy
@@ -218,6 +211,10 @@ class Trainer:
     ) -> list[Episode]:
         """Plays `len(players)` groups of `group_size` episodes; group g's scenario and players are shared.
         Turns of `LMPolicy` players are generated token-in token-out and kept as samples."""
+        if getattr(self.env_class, "vectorized", False):
+            from baselines.act_rollout import collect_acts
+
+            return collect_acts(self, step, group_size=group_size, split=split, players=players, salt=salt)
         seeds, options, group_of = [], [], []
         for group in range(len(players)):
             group_seed = derive_seed(self.config.seed, step, group, salt)
@@ -239,6 +236,8 @@ class Trainer:
                     player = players[group_of[p.index]][side]
                     by_player.setdefault(id(player), (player, []))[1].append(p)
                 for player, members in by_player.values():
+                    if salt == 0:
+                        failpoint("rollout", step + 1)  # while training episodes are half played
                     if isinstance(player, LMPolicy):
                         self._generate(player, side, members, batch, traces, generated)
                     else:
@@ -357,7 +356,7 @@ class Trainer:
             )
             (loss * weight).backward()
             chunk_stats["entropy"] = float((entropy * mask).sum() / mask.sum().clamp(min=1))
-            chunk_stats["loss"] = float(loss)
+            chunk_stats["loss"] = float(loss.detach())
             for name, value in chunk_stats.items():
                 stats.setdefault(name, []).append(value)
         parameters = [p for p in policy.model.parameters() if p.requires_grad]
@@ -387,7 +386,9 @@ class Trainer:
 
     # ---- the loop ------------------------------------------------------------------------------------
 
-    def run(self, *, resume: bool = False, progress: bool = True) -> list[dict[str, Any]]:
+    def run(
+        self, *, resume: bool = False, progress: bool = True, on_step: Callable[[dict[str, Any]], None] | None = None
+    ) -> list[dict[str, Any]]:
         if resume:
             self.resume()
         elif self.metrics_path.exists():
@@ -414,6 +415,8 @@ class Trainer:
                 self.save()
                 record["disk_mb"] = disk_megabytes(self.output)
             log.write(record)
+            if on_step is not None:
+                on_step(record)
             bar.update(1)
             bar.set_postfix(reward=f"{record['reward_mean']:.3f}", entropy=f"{record.get('entropy', float('nan')):.2f}")
         bar.close()
@@ -440,6 +443,7 @@ class Trainer:
         for side, learner in self.learners.items():
             own_groups = [g for g in range(groups) if players[g][side] is learner.policy]
             stats = self.update(learner, episodes, own_groups)
+            failpoint(f"update_{side}", step + 1)
             prefix = "" if side == self.side else "simulator/"
             record.update(
                 {
@@ -476,10 +480,13 @@ class Trainer:
         }
         state = {"step": self.step, "baselines": baselines, "config": asdict(self.config)}
         (staging / "state.json").write_text(json.dumps(state))
+        failpoint("checkpoint", self.step)
         if final.exists():
             shutil.rmtree(final)
         staging.rename(final)
         _atomic_write(self.checkpoints / "latest", final.name)
+        if self.pool is not None:  # members evicted up to now are no longer needed to resume
+            self.pool.purge_evicted(self.step)
         for old in sorted(p for p in self.checkpoints.glob("step-*") if p.is_dir())[: -self.config.keep_checkpoints]:
             shutil.rmtree(old)
         return final
@@ -492,6 +499,8 @@ class Trainer:
         if not pointer.exists():
             return False
         directory = self.checkpoints / pointer.read_text().strip()
+        for stale in self.checkpoints.glob(".step-*"):  # a checkpoint being written when the run died
+            shutil.rmtree(stale, ignore_errors=True)
         state = json.loads((directory / "state.json").read_text())
         for side, learner in self.learners.items():
             learner.policy.load_weights(directory / side / "policy")

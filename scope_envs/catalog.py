@@ -18,6 +18,11 @@ BUILTIN: tuple[tuple[str, str, str], ...] = (
         "tau2-bench airline: a customer-service agent handles reservations under the airline policy",
     ),
     (
+        "PersuasionActs",
+        "scope_envs.persuasion_acts.env:PersuasionActsEnv",
+        "Persuasion for Good at the level of dialogue acts: Discrete actions, fast, calibrated on the corpus",
+    ),
+    (
         "CooperBench",
         "scope_envs.cooperbench.env:CooperBenchEnv",
         "CooperBench: two coding agents implement one feature each; merged patch, hidden tests",

@@ -6,6 +6,11 @@ crash at any point leaves a pool that reopens as it was before the change or aft
 the manifest does not name (a half-written checkpoint, one evicted just before a crash) are removed
 when the pool is opened. A member's `id` never repeats: use it as the adapter name when serving
 LoRA adapters (vLLM caches adapters by name).
+
+A trainer that resumes from a checkpoint older than the pool's last changes opens the pool with
+`retain_evicted=True`: evicted members then stay on disk (listed as retired in the manifest) until
+`purge_evicted(step)` is called once a checkpoint at `step` is safely written, so `drop_after`
+can restore the pool exactly as it was at any step since that checkpoint.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from scope_envs.core.failpoints import failpoint
 
 MANIFEST = "pool.json"
 
@@ -43,6 +50,7 @@ class CheckpointPool:
         max_size: int = 10,
         sampling: str = "uniform",
         loader: Callable[[Path], Any] | None = None,
+        retain_evicted: bool = False,
     ) -> None:
         if max_size < 1:
             raise ValueError("max_size must be at least 1")
@@ -53,7 +61,9 @@ class CheckpointPool:
         self.max_size = max_size
         self.sampling = sampling
         self.loader = loader
+        self.retain_evicted = retain_evicted
         self._members: list[PoolMember] = []
+        self._evicted: list[tuple[PoolMember, int]] = []  # (member, step it was evicted at), kept on disk
         self._next_id = 0
         self._loaded: tuple[str, Any] | None = None
         self._open()
@@ -84,9 +94,12 @@ class CheckpointPool:
         self._next_id += 1
         self._members.append(member)
         evicted, self._members = self._members[: -self.max_size], self._members[-self.max_size :]
+        if self.retain_evicted:
+            self._evicted.extend((old, step) for old in evicted)
         self._write_manifest()
-        for old in evicted:
-            shutil.rmtree(self.path(old), ignore_errors=True)
+        if not self.retain_evicted:
+            for old in evicted:
+                shutil.rmtree(self.path(old), ignore_errors=True)
         return member
 
     def sample(self, rng: np.random.Generator) -> PoolMember:
@@ -106,14 +119,27 @@ class CheckpointPool:
         return self._loaded[1]
 
     def drop_after(self, step: int) -> list[PoolMember]:
-        """Removes members added after training step `step` (a resumed run replays those steps)."""
+        """The pool as it was after training step `step` (a resumed run replays the later steps):
+        removes members added later and restores retained members evicted later."""
         dropped = [m for m in self._members if m.step > step]
-        if dropped:
-            self._members = [m for m in self._members if m.step <= step]
+        restored = [m for m, evicted_at in self._evicted if evicted_at > step]
+        if dropped or restored:
+            kept = [m for m in self._members if m.step <= step]
+            self._members = sorted(restored + kept, key=lambda m: int(m.id.removeprefix("ckpt-")))
+            self._evicted = [(m, at) for m, at in self._evicted if at <= step]
             self._write_manifest()
             for member in dropped:
                 shutil.rmtree(self.path(member), ignore_errors=True)
         return dropped
+
+    def purge_evicted(self, step: int) -> None:
+        """Deletes retained members evicted at or before `step` (a checkpoint at `step` is written)."""
+        purged = [m for m, evicted_at in self._evicted if evicted_at <= step]
+        if purged:
+            self._evicted = [(m, at) for m, at in self._evicted if at > step]
+            self._write_manifest()
+            for member in purged:
+                shutil.rmtree(self.path(member), ignore_errors=True)
 
     def ages(self, step: int) -> list[int]:
         """How many training steps old each member is at `step`, oldest first."""
@@ -124,8 +150,9 @@ class CheckpointPool:
         if manifest.is_file():
             data = json.loads(manifest.read_text())
             self._members = [PoolMember(**m) for m in data["members"]]
+            self._evicted = [(PoolMember(**m["member"]), int(m["evicted_at"])) for m in data.get("evicted", [])]
             self._next_id = int(data["next_id"])
-        known = {m.id for m in self._members} | {MANIFEST}
+        known = {m.id for m in self._members} | {m.id for m, _ in self._evicted} | {MANIFEST}
         for entry in self.root.iterdir():
             if entry.name not in known and (
                 entry.name.startswith(("ckpt-", ".ckpt-")) or entry.name.startswith(f".{MANIFEST}")
@@ -141,9 +168,11 @@ class CheckpointPool:
             "next_id": self._next_id,
             "max_size": self.max_size,
             "members": [asdict(m) for m in self._members],
+            "evicted": [{"member": asdict(m), "evicted_at": at} for m, at in self._evicted],
         }
         with tempfile.NamedTemporaryFile("w", dir=self.root, prefix=f".{MANIFEST}.", delete=False) as handle:
             json.dump(payload, handle, indent=1)
             handle.flush()
             os.fsync(handle.fileno())
+        failpoint("pool_manifest", max((m.step for m in self._members), default=0))
         os.replace(handle.name, self.root / MANIFEST)

@@ -17,6 +17,7 @@ BACKENDS: dict[str, Callable[..., Simulator] | str] = {
     "hf": "sims.hf_backend:make_hf",
     "smollm2": "sims.hf_backend:make_smollm2",
     "vllm": "sims.vllm_backend:make_vllm",
+    "family": "sims.persuasion_acts:make_family",  # act-level persuasion testbed
 }
 
 

@@ -316,3 +316,22 @@ def test_diagnose_command(tmp_path, capsys):
 
 def test_reply_metadata_stays_per_reply():
     assert Reply().metadata is not Reply().metadata
+
+
+def test_a_retaining_pool_restores_evicted_members_until_purged(tmp_path):
+    def writer(text):
+        return lambda path: (path / "weights.txt").write_text(text)
+
+    pool = CheckpointPool(tmp_path, max_size=2, retain_evicted=True)
+    for step in range(4):
+        pool.add(writer(f"w{step}"), step=step)
+    assert [m.step for m in pool.members] == [2, 3]
+    reopened = CheckpointPool(tmp_path, max_size=2, retain_evicted=True)  # evicted ones survive a reopen
+    reopened.drop_after(1)
+    assert [m.step for m in reopened.members] == [0, 1]
+    assert (reopened.path(reopened.members[0]) / "weights.txt").read_text() == "w0"
+    reopened.add(writer("w2'"), step=2)
+    reopened.purge_evicted(2)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("ckpt-")) == [
+        m.id for m in reopened.members
+    ]

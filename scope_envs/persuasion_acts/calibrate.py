@@ -1,0 +1,227 @@
+"""Fits the shared reference behaviour of the act-level testbed on the annotated P4G dialogues.
+
+    python -m scope_envs.persuasion_acts.calibrate --data PATH/TO/p4g [--out reference.json]
+
+Reads `300_dialog.xlsx` (per-sentence act labels of 300 dialogues), `300_info.xlsx` (donations)
+and `full_info.csv` (personas), turns every persuader turn and the persuadee turn answering it
+into one event (the persuader's act, the features of the moment, the persuadee's reply act), and
+fits the masked softmax regression of `model.py` by maximum likelihood with a small ridge. The
+result is the package's `reference.json`; the testbed needs no data to run.
+
+Label mapping: a turn's act is its most decisive label (an amount request, then a proposition,
+then the first strategy, then greeting or closing); non-task labels (thanks, praise, off-task)
+carry no act and the exchange is skipped. A persuadee turn's act is its most decisive label (an
+amount, agreeing, refusing, a negative reaction, a question about the charity, a positive
+reaction, else neutral); amounts are binned from the dialogue's actual donation. A decision that
+answers no request counts as the reaction it expresses. Each dialogue is read up to the first
+amount stated, where the testbed's episode ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from scope_envs.persuasion_acts.acts import (
+    AGREE,
+    AMOUNTS,
+    ASK_ORG,
+    DISAGREE,
+    FIRST_AMOUNT,
+    NEGATIVE,
+    NEUTRAL,
+    PERSUADEE_ACTS,
+    PERSUADER_ACTS,
+    POSITIVE,
+    REQUESTS,
+)
+from scope_envs.persuasion_acts.model import (
+    PERSONA_TRAITS,
+    REFERENCE_PATH,
+    USER_FEATURES,
+    count_reactions,
+    log_softmax,
+    reply_mask,
+    user_features,
+)
+
+PERSUADER_ALIASES = {
+    "ask-donate-more": "ask-donation-amount",
+    "confirm-donation": "ask-donation-amount",
+    "non-personal-task-related-inquiry": "task-related-inquiry",
+    "ask-not-donate-reason": "personal-related-inquiry",
+}
+PERSUADER_PRIORITY = ("ask-donation-amount", "proposition-of-donation")
+PERSUADEE_LABELS = {
+    "agree-donation": AGREE,
+    "confirm-donation": AGREE,
+    "disagree-donation": DISAGREE,
+    "disagree-donation-more": DISAGREE,
+    "negative-reaction-to-donation": NEGATIVE,
+    "negative-to-inquiry": NEGATIVE,
+    "ask-org-info": ASK_ORG,
+    "ask-donation-procedure": ASK_ORG,
+    "ask-persuader-donation-intention": ASK_ORG,
+    "task-related-inquiry": ASK_ORG,
+    "positive-reaction-to-donation": POSITIVE,
+    "positive-to-inquiry": POSITIVE,
+}
+PERSUADEE_PRIORITY = (AGREE, DISAGREE, NEGATIVE, ASK_ORG, POSITIVE)
+PERSONA_COLUMNS = ("extrovert.x", "agreeable.x", "conscientious.x", "neurotic.x", "open.x")
+RIDGE = 1.0
+
+
+def read_xlsx(path: Path) -> list[dict[str, object]]:
+    from openpyxl import load_workbook
+
+    sheet = load_workbook(path, read_only=True).active
+    rows = sheet.iter_rows(values_only=True)
+    header = [str(h) for h in next(rows)]
+    return [dict(zip(header, row)) for row in rows]
+
+
+def persuader_act(labels: list[str]) -> int | None:
+    names = [PERSUADER_ALIASES.get(label, label) for label in labels]
+    for name in PERSUADER_PRIORITY:
+        if name in names:
+            return PERSUADER_ACTS.index(name)
+    known = [name for name in names if name in PERSUADER_ACTS]
+    strategies = [name for name in known if name not in ("greeting", "closing")]
+    chosen = strategies or known
+    return PERSUADER_ACTS.index(chosen[0]) if chosen else None
+
+
+def persuadee_act(labels: list[str], amount: float | None, answers_request: bool) -> int:
+    if "provide-donation-amount" in labels and amount is not None:
+        if not answers_request:
+            return POSITIVE if amount > 0 else NEGATIVE
+        if amount <= 0:
+            return DISAGREE
+        return FIRST_AMOUNT + int(np.searchsorted(AMOUNTS, min(amount, AMOUNTS[-1])))
+    acts = {PERSUADEE_LABELS[label] for label in labels if label in PERSUADEE_LABELS}
+    for act in PERSUADEE_PRIORITY:
+        if act in acts:
+            if act in (AGREE, DISAGREE) and not answers_request:
+                return POSITIVE if act == AGREE else NEGATIVE
+            return act
+    return NEUTRAL
+
+
+def read_personas(full_info: Path) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Persuadee personas (z-scored Big Five) by dialogue id, and their correlation matrix."""
+    with full_info.open(newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if r["B4"] == "1" and not r["B2"].startswith("BAD_")]
+    raw = np.array([[float(r[c]) if r[c] else np.nan for c in PERSONA_COLUMNS] for r in rows])
+    mean, std = np.nanmean(raw, axis=0), np.nanstd(raw, axis=0)
+    z = np.nan_to_num((raw - mean) / std)
+    complete = ~np.isnan(raw).any(axis=1)
+    return {r["B2"]: z[i] for i, r in enumerate(rows)}, np.corrcoef(z[complete].T)
+
+
+def read_events(data: Path, personas: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`(features, reply, mask)` for every persuader act answered by the persuadee."""
+    amounts = {}
+    for row in read_xlsx(data / "300_info.xlsx"):
+        if row["B4"] == 1 and row["B6"] is not None and 0 <= float(row["B6"]) <= 2:  # type: ignore[arg-type]
+            amounts[str(row["B2"])] = float(row["B6"])  # type: ignore[arg-type]
+    turns: dict[str, dict[tuple[int, int], list[str]]] = defaultdict(lambda: defaultdict(list))
+    for row in read_xlsx(data / "300_dialog.xlsx"):
+        role, turn = int(row["B4"]), int(row["Turn"])  # type: ignore[arg-type]
+        columns = ("er_label_1", "er_label_2") if role == 0 else ("ee_label_1", "ee_label_2")
+        labels = [str(row[c]).strip().lower() for c in columns if row[c] is not None and str(row[c]) != "nan"]
+        turns[str(row["B2"])][(turn, role)].extend(labels)
+    events: list[tuple[np.ndarray, int]] = []
+    for dialogue, labelled in sorted(turns.items()):
+        persona = personas.get(dialogue, np.zeros(len(PERSONA_TRAITS)))
+        counts = np.zeros(len(PERSUADER_ACTS), int)
+        positive = negative = exchange = 0
+        for turn in sorted({t for t, _ in labelled}):
+            act = persuader_act(labelled.get((turn, 0), []))
+            if (turn, 1) not in labelled:
+                continue
+            reply_labels = labelled[(turn, 1)]
+            if act is None:
+                reply = persuadee_act(reply_labels, amounts.get(dialogue), False)
+            else:
+                reply = persuadee_act(reply_labels, amounts.get(dialogue), act in REQUESTS)
+                features = user_features(
+                    np.array([act]), counts[[act]], [positive], [negative], [exchange], persona[None]
+                )[0]
+                events.append((features, reply))
+                counts[act] += 1
+                exchange += 1
+            up, down = count_reactions(np.array([reply]))
+            positive, negative = positive + int(up[0]), negative + int(down[0])
+            if reply >= FIRST_AMOUNT:
+                break
+    features = np.array([f for f, _ in events])
+    reply = np.array([r for _, r in events])
+    acts = features[:, : len(PERSUADER_ACTS)].argmax(axis=1)
+    return features, reply, reply_mask(acts)
+
+
+def fit(features: np.ndarray, reply: np.ndarray, mask: np.ndarray, steps: int = 4000) -> tuple[np.ndarray, float]:
+    """Masked softmax regression by full-batch Adam on the mean negative log-likelihood plus a ridge."""
+    n = len(reply)
+    weights = np.zeros((len(PERSUADEE_ACTS), features.shape[1]))
+    first, second = np.zeros_like(weights), np.zeros_like(weights)
+    onehot = np.eye(len(PERSUADEE_ACTS))[reply]
+    for step in range(1, steps + 1):
+        logp = log_softmax(features @ weights.T, mask)
+        gradient = (np.where(mask, np.exp(logp), 0.0) - onehot).T @ features / n + RIDGE * weights / n
+        first = 0.9 * first + 0.1 * gradient
+        second = 0.999 * second + 0.001 * gradient**2
+        weights -= 0.05 * (first / (1 - 0.9**step)) / (np.sqrt(second / (1 - 0.999**step)) + 1e-8)
+    logp = log_softmax(features @ weights.T, mask)
+    return weights, float(logp[np.arange(n), reply].mean())
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def calibrate(data: Path) -> dict[str, object]:
+    personas, correlation = read_personas(data / "full_info.csv")
+    features, reply, mask = read_events(data, personas)
+    weights, log_likelihood = fit(features, reply, mask)
+    counts = np.bincount(reply, minlength=len(PERSUADEE_ACTS))
+    return {
+        "persuader_acts": list(PERSUADER_ACTS),
+        "persuadee_acts": list(PERSUADEE_ACTS),
+        "user_features": list(USER_FEATURES),
+        "weights": np.round(weights, 4).tolist(),
+        "persona_traits": list(PERSONA_TRAITS),
+        "persona_correlation": np.round(correlation, 4).tolist(),
+        "meta": {
+            "events": len(reply),
+            "reply_counts": dict(zip(PERSUADEE_ACTS, counts.tolist())),
+            "mean_log_likelihood": round(log_likelihood, 4),
+            "uniform_log_likelihood": round(float(-np.log(mask.sum(axis=1)).mean()), 4),
+            "ridge": RIDGE,
+            "sources": {name: sha256(data / name) for name in ("300_dialog.xlsx", "300_info.xlsx", "full_info.csv")},
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, required=True, help="folder with the P4G raw files")
+    parser.add_argument("--out", type=Path, default=REFERENCE_PATH)
+    args = parser.parse_args(argv)
+    table = calibrate(args.data)
+    args.out.write_text(json.dumps(table, indent=1) + "\n")
+    meta = table["meta"]
+    print(
+        f"{meta['events']} events; mean log-likelihood {meta['mean_log_likelihood']} "  # type: ignore[index]
+        f"(uniform {meta['uniform_log_likelihood']}); wrote {args.out}"  # type: ignore[index]
+    )
+
+
+if __name__ == "__main__":
+    main()

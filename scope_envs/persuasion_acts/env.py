@@ -1,0 +1,201 @@
+"""`PersuasionActsEnv`: Persuasion for Good at the level of dialogue acts, as a `DialogueEnv`.
+
+Each side's action is one of its acts: an index into `Discrete` (array-based RL agents) or text
+that names the act (`[emotion-appeal] ...`, the way the turns are rendered, so language-model
+agents play the same game). Observations hold both: `features`, a numeric vector of the side's
+situation (`AGENT_FEATURES` / `USER_FEATURES`; the persuadee's persona is its own and hidden from
+the persuader, as in P4G), and `text`, the side's view of the conversation. `info["action_mask"]`
+marks the acts allowed now. The dynamics are `ActsBatch`'s, for a batch of one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from scope_envs.core.actions import parse_action
+from scope_envs.core.chat import Message
+from scope_envs.core.dialogue import AGENT, USER, DialogueEnv, EpisodeEnd, Reward, Scenario
+from scope_envs.core.render import render_view
+from scope_envs.core.spaces import UnicodeText
+from scope_envs.persuasion_acts.acts import PERSUADEE_ACTS, PERSUADER_ACTS, act_text, parse_act
+from scope_envs.persuasion_acts.engine import ActsBatch
+from scope_envs.persuasion_acts.model import (
+    AGENT_FEATURES,
+    HORIZON,
+    PERSONA_LIMIT,
+    PERSONA_TRAITS,
+    USER_FEATURES,
+    load_reference,
+)
+
+PERSONAS_PER_SPLIT = {"train": 1000, "test": 200}
+USER_REWARDS = ("adversarial", "cooperative")
+ACTS = {AGENT: PERSUADER_ACTS, USER: PERSUADEE_ACTS}
+_PERSONA_LINE = re.compile(r"^Persona \(Big Five, z-scores\): (.*)$", re.MULTILINE)
+
+
+def persona_line(persona: np.ndarray) -> str:
+    return "Persona (Big Five, z-scores): " + ", ".join(
+        f"{trait} {value:+.3f}" for trait, value in zip(PERSONA_TRAITS, persona)
+    )
+
+
+def parse_persona(system_prompt: str) -> np.ndarray:
+    match = _PERSONA_LINE.search(system_prompt)
+    if match is None:
+        raise ValueError("the persuadee's system prompt has no persona line")
+    return np.array([float(item.rsplit(" ", 1)[1]) for item in match.group(1).split(", ")])
+
+
+def persuader_prompt(exchanges: int) -> str:
+    return (
+        "You are the persuader in a Persuasion for Good conversation: get the persuadee to donate part of "
+        f"their $2 task payment to Save the Children, in at most {exchanges} exchanges. Each of your turns is "
+        f"one act; write it as [act] followed by what you say. Acts: {', '.join(PERSUADER_ACTS)}."
+    )
+
+
+def persuadee_prompt(persona: np.ndarray) -> str:
+    return (
+        "You are the persuadee in a Persuasion for Good conversation. You earned $2 for a task; the other "
+        "person may ask you to donate part of it. Each of your turns is one act; write it as [act] followed "
+        f"by what you say. Acts: {', '.join(PERSUADEE_ACTS)}. Donation decisions (agree, disagree, an amount) "
+        f"answer a proposition or a request for the amount.\n{persona_line(persona)}"
+    )
+
+
+def replay(view: list[Message], side: str, exchanges: int = HORIZON) -> ActsBatch:
+    """The state of an episode rebuilt from one side's view (its own turns are `assistant`)."""
+    persona = parse_persona(view[0].text) if side == USER else np.zeros(len(PERSONA_TRAITS))
+    batch = ActsBatch(persona[None], exchanges)
+    for message in view[1:]:
+        agent_turn = (message.role == "assistant") == (side == AGENT)
+        act = parse_act(ACTS[AGENT if agent_turn else USER], message.text)
+        if act is None or not batch.live[0]:
+            raise ValueError(f"cannot replay the turn {message.text!r}")
+        (batch.step_agent if agent_turn else batch.step_user)(np.array([0]), np.array([act]))
+    return batch
+
+
+class PersuasionActsEnv(DialogueEnv):
+    """See the module docstring and docs/envs/persuasion_acts.md."""
+
+    metadata = {**DialogueEnv.metadata, "name": "persuasion_acts_v0"}  # noqa: RUF012
+    scripted_policies = {"user": "sims.persuasion_acts:ActFamily", "agent": "sims.persuasion_acts:ScriptedPersuader"}  # noqa: RUF012
+    vectorized = True  # the trainer steps `ActsBatch` directly
+
+    def __init__(self, *, exchanges: int = HORIZON, user_reward: str = "adversarial", **kwargs: Any) -> None:
+        if user_reward not in USER_REWARDS:
+            raise ValueError(f"user_reward must be one of {USER_REWARDS}, got {user_reward!r}")
+        if exchanges < 1:
+            raise ValueError("exchanges must be at least 1")
+        kwargs.setdefault("max_turns", 2 * exchanges)
+        super().__init__(**kwargs)
+        self.exchanges = exchanges
+        self.user_reward = user_reward
+        self.reference = load_reference()
+        self.personas = {split: self.reference.personas(split, n) for split, n in PERSONAS_PER_SPLIT.items()}
+        width = {AGENT: len(AGENT_FEATURES), USER: len(USER_FEATURES)}
+        self._observation_spaces = {
+            side: spaces.Dict(
+                {
+                    "features": spaces.Box(-PERSONA_LIMIT, PERSONA_LIMIT, (width[side],), np.float32),
+                    "text": UnicodeText(),
+                }
+            )
+            for side in (AGENT, USER)
+        }
+        self._action_spaces = {side: spaces.Discrete(len(ACTS[side])) for side in (AGENT, USER)}
+        self.batch = ActsBatch(np.zeros((1, len(PERSONA_TRAITS))), exchanges)
+
+    def task_ids(self, split: str = "train") -> list[str]:
+        return [f"{split}-{i:05d}" for i in range(PERSONAS_PER_SPLIT[split])]
+
+    def persona(self, task_id: str) -> np.ndarray:
+        split, _, number = task_id.partition("-")
+        if split not in self.personas or not number.isdigit() or int(number) >= len(self.personas[split]):
+            raise ValueError(f"unknown PersuasionActs task_id {task_id!r}: use e.g. 'train-00042' or 'test-00007'")
+        return self.personas[split][int(number)]
+
+    def load_scenario(self, rng: np.random.Generator, options: Mapping[str, Any]) -> Scenario:
+        task_id = options.get("task_id")
+        if task_id is None:
+            split = options.get("split", "train")
+            if split not in PERSONAS_PER_SPLIT:
+                raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+            task_id = f"{split}-{int(rng.integers(PERSONAS_PER_SPLIT[split])):05d}"
+        persona = self.persona(task_id)
+        self.batch = ActsBatch(persona[None], self.exchanges)
+        return Scenario(
+            scenario_id=task_id,
+            system_prompts={AGENT: persuader_prompt(self.exchanges), USER: persuadee_prompt(persona)},
+            first_speaker=AGENT,
+            data={"persona": persona},
+            metadata={"split": task_id.split("-")[0]},
+        )
+
+    # ---- acts in, acts out ----------------------------------------------------------------------
+
+    def allowed(self, side: str) -> np.ndarray:
+        if self.to_speak != side:
+            return np.zeros(len(ACTS[side]), np.int8)
+        if side == AGENT:
+            return np.ones(len(PERSUADER_ACTS), np.int8)
+        return self.batch.user_features(np.array([0]))[1][0].astype(np.int8)
+
+    def _consume(self, speaker: str, action: Any) -> dict[str, Any]:
+        act = self._act(speaker, action)
+        if isinstance(act, str):
+            self.errors += 1
+            return {"event": "invalid_action", "error": act}
+        step = self.batch.step_agent if speaker == AGENT else self.batch.step_user
+        step(np.array([0]), np.array([act]))
+        return super()._consume(speaker, act_text(ACTS[speaker], act))
+
+    def _act(self, speaker: str, action: Any) -> int | str:
+        """The act index, or why the action is not one."""
+        acts = ACTS[speaker]
+        if isinstance(action, (int, np.integer)) and not isinstance(action, bool):
+            act: int | None = int(action) if 0 <= int(action) < len(acts) else None
+        else:  # text, or a message as a policy returns it
+            message = parse_action(action).message
+            act = parse_act(acts, message.text) if message is not None and not message.tool_calls else None
+        if act is None:
+            return f"not a {speaker} act: give an index 0..{len(acts) - 1} or name one of: {', '.join(acts)}"
+        if not self.allowed(speaker)[act]:
+            return f"'{acts[act]}' is not allowed now: donation decisions answer a proposition or an amount request"
+        return act
+
+    def end_reason(self, side: str, message: Message) -> str | None:
+        reason = str(self.batch.end_reason[0])
+        return reason if reason and reason != "max_turns" else None
+
+    def compute_rewards(self, end: EpisodeEnd) -> dict[str, Reward]:
+        reward = float(self.batch.agent_reward()[0])
+        donation = float(self.batch.donation[0])
+        components = {"donation": donation, "success": float(donation > 0)}
+        details = {"donation_stated": bool(self.batch.stated[0]), "exchanges": int(self.batch.exchange[0])}
+        user_value = 1.0 - reward if self.user_reward == "adversarial" else reward
+        return {AGENT: Reward(reward, components, details), USER: Reward(user_value, components, details)}
+
+    # ---- observations ---------------------------------------------------------------------------
+
+    def _observe(self, side: str) -> dict[str, Any]:  # type: ignore[override]
+        if side == AGENT:
+            features = self.batch.agent_features(np.array([0]))[0]
+        else:
+            features = self.batch.user_features(np.array([0]))[0][0]
+        return {"features": features.astype(np.float32), "text": render_view(self.views[side])}
+
+    def _info(self, side: str) -> dict[str, Any]:
+        return {**super()._info(side), "action_mask": self.allowed(side)}
+
+
+def parallel_env(**kwargs: Any) -> PersuasionActsEnv:
+    """The PettingZoo parallel env (`possible_agents == ["agent", "user"]`)."""
+    return PersuasionActsEnv(**kwargs)

@@ -1,0 +1,126 @@
+"""Simulators of the act-level persuasion testbed: parametric families and their Verbalized Sampling.
+
+`ActFamily(family, gamma)` is one simulator family (see `scope_envs.persuasion_acts.model`):
+plain sampling draws the persuadee's reply from `p_ref ** gamma`. `ActFamily.verbalized(k)` is
+Verbalized Sampling on it: the sharpened model lists `k` distinct candidate replies (drawn
+without replacement from `p_ref ** gamma`, so its modes come first) and verbalizes their
+probabilities under its reference behaviour, from which one is drawn. With `k` as large as the
+reply set this recovers `p_ref` exactly; with small `k` it keeps the reference weights of the
+replies it lists. Both are vectorized (`act`) for the trainer's batched rollouts and are plain
+simulators (`respond`) for the env's views, reading the state back from the text of the view.
+
+Spec strings: `family:3` (gamma 1), `family:3@2.5` (gamma 2.5), `family:3@2.5/vs5` (with VS, k 5),
+`family:3/spread0.5` (families half as far from the shared reference as by default).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from scope_envs.core.chat import Message
+from scope_envs.persuasion_acts.acts import (
+    ASK_AMOUNT,
+    CLOSING,
+    PERSUADEE_ACTS,
+    PERSUADER_ACTS,
+    PROPOSITION,
+    STRATEGIES,
+    act_text,
+)
+from scope_envs.persuasion_acts.model import load_reference, log_softmax
+from sims.scripted import ScriptedSimulator
+
+
+def gumbel(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return -np.log(-np.log(rng.uniform(1e-12, 1.0, shape)))
+
+
+class ActFamily(ScriptedSimulator):
+    """A persuadee simulator family with reference weights `W_f` and alignment sharpening `gamma`."""
+
+    def __init__(self, family: int = 0, gamma: float = 1.0, *, spread: float = 1.0, k: int | None = None) -> None:
+        if gamma <= 0:
+            raise ValueError("gamma must be positive")
+        if k is not None and k < 1:
+            raise ValueError("Verbalized Sampling needs k >= 1 candidates")
+        self.family, self.gamma, self.spread, self.k = int(family), float(gamma), float(spread), k
+        self.weights = load_reference().family_weights(self.family, self.spread)
+        self.name = f"family:{self.family}@{self.gamma:g}" + (f"/vs{k}" if k else "")
+        self.name += f"/spread{self.spread:g}" if self.spread != 1.0 else ""
+
+    def verbalized(self, k: int) -> ActFamily:
+        return ActFamily(self.family, self.gamma, spread=self.spread, k=k)
+
+    def log_reference(self, features: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """`log p_ref(reply | features)` of this family, `[N, replies]`."""
+        return log_softmax(features @ self.weights.T, mask)
+
+    def distribution(self, features: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """The probabilities plain sampling draws from: `p_ref ** gamma`, normalised."""
+        return np.exp(log_softmax(self.gamma * self.log_reference(features, mask), mask))
+
+    def act(self, features: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Replies for a batch and their log-probabilities under this simulator's sampling."""
+        log_ref = self.log_reference(features, mask)
+        sharpened = log_softmax(self.gamma * log_ref, mask)
+        noise = gumbel(rng, sharpened.shape)
+        if self.k is None:
+            replies = np.argmax(sharpened + noise, axis=1)
+            return replies, sharpened[np.arange(len(replies)), replies]
+        # Gumbel top-k: k distinct candidates drawn without replacement from p_ref ** gamma ...
+        keys = np.where(mask, sharpened + noise, -np.inf)
+        candidates = np.argsort(-keys, axis=1)[:, : self.k]
+        listed = np.zeros_like(mask)
+        np.put_along_axis(listed, candidates, True, axis=1)
+        listed &= mask
+        # ... then one drawn in proportion to the reference probabilities verbalized for them.
+        verbalized = log_softmax(log_ref, listed)
+        replies = np.argmax(verbalized + gumbel(rng, verbalized.shape), axis=1)
+        return replies, verbalized[np.arange(len(replies)), replies]
+
+    def reply(self, messages: list[Message], tools: list[dict[str, Any]], rng: np.random.Generator) -> str:
+        from scope_envs.persuasion_acts.env import replay
+
+        batch = replay(messages, "user")
+        features, mask = batch.user_features()
+        return act_text(PERSUADEE_ACTS, int(self.act(features, mask, rng)[0][0]))
+
+
+class ScriptedPersuader(ScriptedSimulator):
+    """A reasonable rule-based persuader: greets, makes three strategy moves drawn from the ten,
+    proposes a donation, asks for the amount while the persuadee keeps listening, then closes."""
+
+    name = "scripted-persuader"
+
+    def reply(self, messages: list[Message], tools: list[dict[str, Any]], rng: np.random.Generator) -> str:
+        said = sum(m.role == "assistant" for m in messages)
+        if said == 0:
+            act = 0
+        elif said < 4:
+            act = PERSUADER_ACTS.index(STRATEGIES[int(rng.integers(len(STRATEGIES)))])
+        elif said == 4:
+            act = PROPOSITION
+        elif said < 8:
+            act = ASK_AMOUNT
+        else:
+            act = CLOSING
+        return act_text(PERSUADER_ACTS, act)
+
+
+def make_family(spec: str, **kwargs: Any) -> ActFamily:
+    """`"3"`, `"3@2.5"`, `"3@2.5/vs5"`, `"3/spread0.5"`: family, gamma, Verbalized Sampling's k, spread."""
+    head, *options = spec.split("/")
+    family, _, gamma = head.partition("@")
+    try:
+        for option in options:
+            if option.startswith("vs"):
+                kwargs["k"] = int(option[2:])
+            elif option.startswith("spread"):
+                kwargs["spread"] = float(option[6:])
+            else:
+                raise ValueError(f"unknown option {option!r}")
+        return ActFamily(int(family), float(gamma) if gamma else 1.0, **kwargs)
+    except ValueError as error:
+        raise ValueError(f"bad family spec {spec!r}: use family:ID[@GAMMA][/vsK][/spreadS] ({error})") from error

@@ -1,0 +1,193 @@
+"""Training on the act-level testbed: categorical policies through the same trainer, crash points, the demo."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from baselines.act_policy import ActPolicy, build_act_policy  # noqa: E402
+from baselines.cli import main  # noqa: E402
+from baselines.config import load_config  # noqa: E402
+from baselines.demo import DemoSettings, mean_interval, run_demo  # noqa: E402
+from baselines.trainer import Trainer  # noqa: E402
+from scope_envs.core.dialogue import AGENT, USER  # noqa: E402
+from scope_envs.core.failpoints import ENV_VAR  # noqa: E402
+from scope_envs.persuasion_acts import PersuasionActsEnv  # noqa: E402
+from sims.persuasion_acts import ActFamily  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+ACTS = [
+    "env=PersuasionActs",
+    "policy=linear",
+    "simulators=[family:0@3]",
+    "eval_simulators=[family:100, family:101]",
+    "groups_per_step=4",
+    "group_size=4",
+    "micro_batch=64",
+    "lr=0.05",
+    "eval_tasks=5",
+    "tensorboard=false",
+]
+POPULATION = [
+    *ACTS,
+    "method=population",
+    "simulator_policy=family:0@3",
+    "simulator_kl_coef=0.1",
+    "pool_every=1",
+    "pool_size=2",
+    "steps=4",
+    "checkpoint_every=1",
+    "eval_every=2",
+    "keep_checkpoints=5",
+]
+
+
+def history(out):
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize(
+    "method", ["single", "ensemble", "vs", "cotrain", "population", "cotrain-cooperative", "cotrain-curriculum"]
+)
+def test_every_method_trains_a_categorical_policy_through_the_cli(tmp_path, method):
+    extra = {
+        "ensemble": ["method=ensemble", "simulators=[family:0@3, family:1@3]"],
+        "vs": ["method=vs", "vs_k=3"],
+        "cotrain": ["method=cotrain", "simulator_policy=family:0@3"],
+        "population": ["method=population", "pool_every=2", "pool_size=2"],
+        "cotrain-cooperative": ["method=cotrain", "simulator_reward=cooperative"],
+        "cotrain-curriculum": ["method=cotrain", "simulator_reward=curriculum"],
+    }.get(method, [])
+    out = tmp_path / method
+    assert main(["train", *ACTS, *extra, "steps=4", "eval_every=2", f"output_dir={out}"]) == 0
+    records = history(out)
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    assert all(0.0 < r["entropy"] <= np.log(14) + 1e-6 for r in records)
+    assert {"heldout_success/family:100", "heldout_success/family:101"} <= set(records[-1])
+    if method.startswith("cotrain") or method == "population":
+        # the live simulator trains on the groups it plays (in a population, some steps it plays none)
+        assert (all if method != "population" else any)("simulator/entropy" in r for r in records)
+    if method == "population":
+        assert records[-1]["pool/size"] == 2 and any(k.startswith("pool/agent_reward/snapshot@") for k in records[-1])
+    assert (out / "curves.png").is_file()
+
+
+def test_rollout_logprobs_are_the_training_logprobs(tmp_path):
+    config = load_config(None, [*ACTS, "method=cotrain", "simulator_policy=family:0@3", f"output_dir={tmp_path}"])
+    trainer = Trainer(config)
+    for learner in trainer.learners.values():  # move away from the (uniform or family) initialisation
+        with torch.no_grad():
+            learner.policy.model.weight.add_(torch.randn_like(learner.policy.model.weight))
+    players, _ = trainer.players(0, 3)
+    episodes = trainer.collect(0, group_size=4, split="train", players=players)
+    for side in (AGENT, USER):
+        samples = [s for e in episodes for s in e.samples[side]]
+        logprobs, mask, entropy = trainer.learners[side].policy.sequence_logprobs(samples)
+        sampled = torch.tensor([s.logprobs[1:] + [0.0] * (mask.shape[1] + 1 - len(s.logprobs)) for s in samples])
+        assert torch.allclose(logprobs * mask, sampled.float() * mask, atol=1e-5)
+        assert (entropy[mask > 0] > 0).all()
+
+
+def test_a_family_policy_starts_as_the_family():
+    env = PersuasionActsEnv()
+    policy = build_act_policy("family:3@2", env=env, side=USER, temperature=1.0)
+    env.reset(seed=0)
+    env.step({AGENT: 12})
+    features, mask = env.batch.user_features()
+    family = ActFamily(3, gamma=2.0)
+    rng_a, rng_b = np.random.default_rng(1), np.random.default_rng(1)
+    many = np.repeat(features, 50, 0), np.repeat(mask, 50, 0)
+    np.testing.assert_array_equal(policy.act(*many, rng_a)[0], family.act(*many, rng_b)[0])
+    with pytest.raises(ValueError, match="act-level env"):
+        build_act_policy("linear", env=None, side=AGENT, temperature=1.0)
+    assert isinstance(build_act_policy("linear", env=env, side=AGENT, temperature=1.0), ActPolicy)
+
+
+def run_cli(args, **env):
+    return subprocess.run(
+        [sys.executable, "-m", "baselines.cli", "train", *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def final_state(out):
+    latest = out / "checkpoints" / (out / "checkpoints" / "latest").read_text().strip()
+    weights = {p.parent.parent.name: torch.load(p, weights_only=True) for p in sorted(latest.glob("*/policy/policy.pt"))}
+    optimizers = {p.parent.name: torch.load(p, weights_only=True) for p in sorted(latest.glob("*/optimizer.pt"))}
+    drop = {"step_time", "generated_tokens_per_s", "disk_mb"}
+    metrics = [{k: v for k, v in r.items() if k not in drop} for r in history(out)]
+    pool = json.loads((out / "sim_pool" / "pool.json").read_text())
+    return weights, optimizers, metrics, [(m["step"]) for m in pool["members"]]
+
+
+def test_a_run_killed_at_any_point_resumes_exactly(tmp_path):
+    """SIGKILL mid-rollout, between the two models' updates, while a checkpoint is written and while
+    the pool manifest is replaced: `--resume` ends with the same models, optimizers, metrics and pool."""
+    whole = tmp_path / "whole"
+    assert run_cli([*POPULATION, f"output_dir={whole}"]).returncode == 0
+    expected = final_state(whole)
+    for point in ("rollout@3", "update_agent@3", "checkpoint@2", "pool_manifest@3"):
+        out = tmp_path / point.replace("@", "-")
+        crashed = run_cli([*POPULATION, f"output_dir={out}"], **{ENV_VAR: point})
+        assert crashed.returncode == -9, f"{point} did not fire: {crashed.stderr[-500:]}"
+        resumed = run_cli([*POPULATION, f"output_dir={out}", "--resume"])
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        weights, optimizers, metrics, pool = final_state(out)
+        assert weights.keys() == expected[0].keys()
+        for side in weights:
+            assert torch.equal(weights[side]["weight"], expected[0][side]["weight"]), point
+            assert torch.equal(
+                optimizers[side]["state"][0]["exp_avg"], expected[1][side]["state"][0]["exp_avg"]
+            ), point
+        assert metrics == expected[2], point
+        assert pool == expected[3], point
+        assert not list((out / "checkpoints").glob(".step-*")), "a half-written checkpoint is cleaned up"
+
+
+def test_a_shortened_demo_writes_the_report_and_plots(tmp_path):
+    settings = DemoSettings(
+        steps=4, seeds=2, groups=4, group_size=4, eval_every=2, eval_tasks=10, eval_samples=1, out=str(tmp_path)
+    )
+    report = run_demo(settings, progress=False)
+    text = report.read_text()
+    for label in ("single simulator", "Verbalized Sampling", "Co-Training", "Population Co-Training", "held-out"):
+        assert f"| {label}" in text
+    assert (tmp_path / "curves.png").is_file() and "![curves](curves.png)" in text
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert set(summary) == {"single", "vs", "cotrain", "population", "heldout"}
+    assert len(list((tmp_path / "runs").iterdir())) == 10
+
+
+def test_demo_help_lists_the_knobs(capsys):
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    text = capsys.readouterr().out
+    for knob in ("--gamma", "--k", "--pool-size", "--seeds", "--steps", "--methods", "--spread"):
+        assert knob in text
+
+
+def test_mean_interval_is_the_t_interval():
+    mean, half = mean_interval([1.0, 2.0, 3.0])
+    assert mean == 2.0 and half == pytest.approx(4.303 * 1.0 / np.sqrt(3))
+
+
+def test_throughput_benchmark_runs():
+    result = subprocess.run(
+        [sys.executable, "benchmarks/acts_throughput.py", "--episodes", "512", "--anchor-episodes", "3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("agent turns/s") == 2 and "ratio" in result.stdout
