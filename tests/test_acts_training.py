@@ -122,7 +122,7 @@ def run_cli(args, **env):
 
 def final_state(out):
     latest = out / "checkpoints" / (out / "checkpoints" / "latest").read_text().strip()
-    weights = {p.parent.parent.name: torch.load(p, weights_only=True) for p in sorted(latest.glob("*/policy/policy.pt"))}
+    weights = {p.parent.parent.name: torch.load(p, weights_only=True) for p in latest.glob("*/policy/policy.pt")}
     optimizers = {p.parent.name: torch.load(p, weights_only=True) for p in sorted(latest.glob("*/optimizer.pt"))}
     drop = {"step_time", "generated_tokens_per_s", "disk_mb"}
     metrics = [{k: v for k, v in r.items() if k not in drop} for r in history(out)]
@@ -146,9 +146,7 @@ def test_a_run_killed_at_any_point_resumes_exactly(tmp_path):
         assert weights.keys() == expected[0].keys()
         for side in weights:
             assert torch.equal(weights[side]["weight"], expected[0][side]["weight"]), point
-            assert torch.equal(
-                optimizers[side]["state"][0]["exp_avg"], expected[1][side]["state"][0]["exp_avg"]
-            ), point
+            assert torch.equal(optimizers[side]["state"][0]["exp_avg"], expected[1][side]["state"][0]["exp_avg"]), point
         assert metrics == expected[2], point
         assert pool == expected[3], point
         assert not list((out / "checkpoints").glob(".step-*")), "a half-written checkpoint is cleaned up"

@@ -39,7 +39,7 @@ def test_gymnasium_views_take_discrete_actions_and_text():
     assert "[proposition-of-donation]" in info["messages"][-2]["content"]
     _, _, _, _, info = env.step("[ask-donation-amount] So, how much could you give?")
     assert "[ask-donation-amount]" in info["messages"][-2]["content"]
-    _, reward, terminated, truncated, info = env.step(CLOSING)
+    _, _reward, terminated, truncated, info = env.step(CLOSING)
     assert terminated and not truncated and info["end_reason"] == "persuader_closed"
     user_view = gym.make("scope/PersuasionActs-User-v0")
     observation, info = user_view.reset(seed=0)
@@ -77,7 +77,7 @@ def test_the_env_is_a_batch_of_one():
         observations, *_ = env.step({AGENT: agent_act})
         np.testing.assert_allclose(observations[USER]["features"], batch.user_features()[0][0], rtol=1e-6)
         batch.step_user(np.array([0]), np.array([user_act]))
-        observations, rewards, terminated, truncated, infos = env.step({USER: user_act})
+        observations, rewards, terminated, truncated, _infos = env.step({USER: user_act})
     assert truncated[AGENT] and not terminated[AGENT] and not batch.terminated[0]
     assert rewards[AGENT] == batch.agent_reward()[0] == 0.0
 

@@ -332,6 +332,4 @@ def test_a_retaining_pool_restores_evicted_members_until_purged(tmp_path):
     assert (reopened.path(reopened.members[0]) / "weights.txt").read_text() == "w0"
     reopened.add(writer("w2'"), step=2)
     reopened.purge_evicted(2)
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("ckpt-")) == [
-        m.id for m in reopened.members
-    ]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("ckpt-")) == [m.id for m in reopened.members]
