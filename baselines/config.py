@@ -26,6 +26,7 @@ class TrainConfig:
     policy: str = "tiny"  # "tiny" (random, for tests), "smollm2", or "hf:MODEL_OR_PATH"
     device: str | None = None
     generation_engine: str = "transformers"  # or "vllm" (GPU; needs lora) for the trained policy's turns
+    vllm_gpu_memory_utilization: float = 0.4  # the share of GPU memory vLLM takes; the rest trains
     # against whom
     method: str = "single"
     simulators: list[str] = field(default_factory=lambda: ["scripted"])
@@ -89,6 +90,10 @@ class TrainConfig:
             problems.append(
                 "generation_engine 'vllm' serves the trained policy as a LoRA adapter: set lora and an hf: policy"
             )
+        if self.generation_engine == "vllm" and self.method in {"cotrain", "population"}:
+            simulator = self.simulator_policy or self.policy
+            if not simulator.startswith("hf:"):
+                problems.append("generation_engine 'vllm' serves the co-trained simulator too: use an hf: policy")
         if self.simulator_reward not in SIMULATOR_REWARDS:
             problems.append(f"simulator_reward must be one of {SIMULATOR_REWARDS}, got {self.simulator_reward!r}")
         if self.method in {"cotrain", "population"} and self.side != "agent":

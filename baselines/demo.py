@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from scope_envs.persuasion_acts.acts import PERSUADER_ACTS
+
 METHODS = ("single", "vs", "cotrain", "population", "heldout")
 LABELS = {
     "single": "single simulator",
@@ -213,7 +215,11 @@ def _cell(value: tuple[float, float], digits: int = 3) -> str:
 
 
 def write_report(
-    settings: DemoSettings, summary: dict[str, dict[str, tuple[float, float]]], plots: list[Path], seconds: float
+    settings: DemoSettings,
+    summary: dict[str, dict[str, tuple[float, float]]],
+    untrained: tuple[float, float],
+    plots: list[Path],
+    seconds: float,
 ) -> Path:
     out = Path(settings.out)
     tail = max(settings.steps // 10, 1)
@@ -240,6 +246,7 @@ def write_report(
             f"| {LABELS[method]} | {_cell(values['heldout_success'])} | {_cell(values['train_reward'])} | "
             f"{_cell(values['train_success'])} | {_cell(values['entropy'], 2)} |"
         )
+    lines.append(f"| untrained (uniform over acts) | {_cell(untrained)} | | | {np.log(len(PERSUADER_ACTS)):.2f} |")
     lines += ["", *(f"![{plot.stem}]({plot.name})" for plot in plots), ""]
     lines += ["Per-step metrics of every run: `runs/<method>-seed<seed>/metrics.jsonl`.", ""]
     path = out / "report.md"
@@ -283,6 +290,19 @@ def plot(results: dict[str, list[list[dict[str, Any]]]], out: Path, smooth: int)
     return [path]
 
 
+def untrained_success(settings: DemoSettings) -> tuple[float, float]:
+    """Held-out success of the untrained (uniform) persuader, evaluated as the runs are."""
+    from baselines.config import TrainConfig
+    from baselines.trainer import Trainer
+
+    values = []
+    for seed in range(settings.seeds):
+        config = run_config(settings, "single", seed)
+        config["output_dir"] = str(Path(settings.out) / "runs" / f"untrained-seed{seed}")
+        values.append(Trainer(TrainConfig(**config).validate()).evaluate(0)["heldout_success"])
+    return mean_interval(values)
+
+
 def run_demo(settings: DemoSettings, *, progress: bool = True) -> Path:
     unknown = set(settings.methods) - set(METHODS)
     if unknown:
@@ -293,7 +313,8 @@ def run_demo(settings: DemoSettings, *, progress: bool = True) -> Path:
     results = run_all(settings, progress=progress)
     tail = max(settings.steps // 10, 1)
     plots = plot(results, out, smooth=max(min(tail, settings.steps // 4), 1))
-    return write_report(settings, summarize(results, tail), plots, time.perf_counter() - started)
+    baseline = untrained_success(settings)
+    return write_report(settings, summarize(results, tail), baseline, plots, time.perf_counter() - started)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

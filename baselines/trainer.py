@@ -78,6 +78,7 @@ class Trainer:
         self.probe = self.make_env()
         self.side, self.partner_side = config.side, other_side(config.side)
         self.cotraining = config.method in {"cotrain", "population"}
+        self._engines: dict[str, Any] = {}  # vLLM engines by base model
         self.learners = {
             self.side: self._learner(self.side, config.policy, config.lr, config.kl_coef, seed=config.seed)
         }
@@ -135,17 +136,26 @@ class Trainer:
         )
         reference = copy.deepcopy(policy.model).eval() if kl_coef > 0 else None
         if config.generation_engine == "vllm":
+            policy.engine = self._vllm_engine(spec).handle(side)
+            policy.engine.sync(policy.model)
+        return Learner(side, policy, optimizer, loss_config, reference, RunningBaseline(decay=config.rae_decay))
+
+    def _vllm_engine(self, spec: str) -> Any:
+        """The vLLM engine of a base model; co-trained sides of one base share it (two adapters)."""
+        base = spec.removeprefix("hf:")
+        if base not in self._engines:
             from baselines.vllm_engine import VLLMGeneration
 
-            policy.engine = VLLMGeneration(
-                spec.removeprefix("hf:"),
-                adapter_dir=self.output / "served_adapters" / side,
+            config = self.config
+            self._engines[base] = VLLMGeneration(
+                base,
+                adapter_dir=self.output / "served_adapters",
                 temperature=config.temperature,
                 max_new_tokens=config.max_new_tokens,
                 max_lora_rank=int(config.lora["r"]) if config.lora else 64,
+                gpu_memory_utilization=config.vllm_gpu_memory_utilization,
             )
-            policy.engine.sync(policy.model)
-        return Learner(side, policy, optimizer, loss_config, reference, RunningBaseline(decay=config.rae_decay))
+        return self._engines[base]
 
     def make_env(self) -> DialogueEnv:
         return self.env_class(**self.config.env_kwargs)

@@ -5,11 +5,16 @@ token-id prompts (token-in, token-out), with the log-prob of each sampled token;
 update the trainer saves the new adapter and it is served under a new name (vLLM caches adapters
 by name, so reusing one could serve stale weights). The trainer corrects for the numerical gap
 between vLLM's and its own log-probs with truncated importance sampling.
+
+In co-training both models are adapters of one base model, so one engine serves both: each
+trained side holds an `AdapterHandle` (the `sync` / `generate` the trainer calls) naming its
+adapter, and every generation request carries its side's latest adapter.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,7 @@ class VLLMGeneration:
         temperature: float,
         max_new_tokens: int,
         max_lora_rank: int = 64,
+        gpu_memory_utilization: float = 0.4,
         engine_kwargs: dict[str, Any] | None = None,
     ) -> None:
         usable, why = vllm_available()
@@ -33,26 +39,36 @@ class VLLMGeneration:
             raise ImportError(f"generation_engine 'vllm': {why}; use generation_engine: transformers")
         from vllm import LLM
 
-        self.engine = LLM(model=base_model, enable_lora=True, max_lora_rank=max_lora_rank, **(engine_kwargs or {}))
+        self.engine = LLM(
+            model=base_model,
+            enable_lora=True,
+            max_lora_rank=max_lora_rank,
+            max_loras=2,  # the agent's and the simulator's adapters stay loaded side by side
+            gpu_memory_utilization=gpu_memory_utilization,  # the rest is for the trained models
+            **(engine_kwargs or {}),
+        )
         self.tokenizer = self.engine.get_tokenizer()
         self.adapter_dir = adapter_dir
         self.temperature = temperature
         self.max_new_tokens = max_new_tokens
-        self.version = 0
-        self.lora: Any = None
+        self.version = 0  # one counter for all adapters: vLLM needs each (name, int id) to be new
+        self.adapters: dict[str, Any] = {}
 
-    def sync(self, model: Any) -> str:
-        """Saves the trained adapter and serves it from now on; returns its (new) name."""
+    def handle(self, key: str) -> AdapterHandle:
+        return AdapterHandle(self, key)
+
+    def sync(self, model: Any, key: str = "policy") -> str:
+        """Saves `key`'s trained adapter and serves it from now on; returns its (new) name."""
         from vllm.lora.request import LoRARequest
 
         self.version += 1
-        path = self.adapter_dir / f"v{self.version:06d}"
+        path = self.adapter_dir / key / f"v{self.version:06d}"
         model.save_pretrained(path)
-        name = f"policy-v{self.version}"
-        self.lora = LoRARequest(name, self.version, str(path))
+        name = f"{key}-v{self.version}"
+        self.adapters[key] = LoRARequest(name, self.version, str(path))
         return name
 
-    def generate(self, prompts: list[list[int]], seeds: Sequence[int | None]) -> list[Reply]:
+    def generate(self, prompts: list[list[int]], seeds: Sequence[int | None], key: str = "policy") -> list[Reply]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -61,6 +77,21 @@ class VLLMGeneration:
             for seed in seeds
         ]
         outputs = self.engine.generate(
-            [TokensPrompt(prompt_token_ids=p) for p in prompts], params, lora_request=self.lora, use_tqdm=False
+            [TokensPrompt(prompt_token_ids=p) for p in prompts], params, lora_request=self.adapters[key], use_tqdm=False
         )
-        return [reply_from_output(output, engine="vllm", adapter=self.version) for output in outputs]
+        adapter = self.adapters[key].lora_int_id
+        return [reply_from_output(output, engine="vllm", adapter=adapter) for output in outputs]
+
+
+@dataclass(frozen=True)
+class AdapterHandle:
+    """One trained side's view of a shared engine: its own adapter, the engine's batching."""
+
+    engine: VLLMGeneration
+    key: str
+
+    def sync(self, model: Any) -> str:
+        return self.engine.sync(model, self.key)
+
+    def generate(self, prompts: list[list[int]], seeds: Sequence[int | None]) -> list[Reply]:
+        return self.engine.generate(prompts, seeds, self.key)

@@ -163,7 +163,8 @@ def test_a_shortened_demo_writes_the_report_and_plots(tmp_path):
     assert (tmp_path / "curves.png").is_file() and "![curves](curves.png)" in text
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert set(summary) == {"single", "vs", "cotrain", "population", "heldout"}
-    assert len(list((tmp_path / "runs").iterdir())) == 10
+    trained = [p.name for p in (tmp_path / "runs").iterdir() if not p.name.startswith("untrained")]
+    assert len(trained) == 10 and "| untrained (uniform over acts) |" in text
 
 
 def test_demo_help_lists_the_knobs(capsys):

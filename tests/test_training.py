@@ -376,3 +376,26 @@ def test_vllm_generation_is_validated_and_skips_cleanly_without_cuda(tmp_path):
         VLLMGeneration("some/model", adapter_dir=tmp_path, temperature=1.0, max_new_tokens=8)
     with pytest.raises((ImportError, OSError)):
         Trainer(config)  # no CUDA (or no such model offline): a clear error, before any training
+
+
+def test_tau2_training_runs_end_to_end(tmp_path):
+    """One GRPO step of the tiny model as the tau2 retail agent (tools, long prompts) against the
+    scripted customer, through the CLI; scenarios are replayed by the ids the env reports."""
+    pytest.importorskip("tau2")
+    out = tmp_path / "tau2"
+    settings = [
+        "env=Tau2Retail",
+        "env_kwargs={max_turns: 4}",
+        "policy=tiny",
+        "steps=1",
+        "groups_per_step=1",
+        "group_size=2",
+        "max_new_tokens=4",
+        "simulators=[scripted]",
+        "eval_simulators=[scripted]",
+        "eval_tasks=1",
+        f"output_dir={out}",
+    ]
+    assert main(["train", *settings]) == 0
+    record = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert record["trained_tokens"] > 0 and "heldout_success" in record

@@ -58,7 +58,8 @@ class Tau2Domain:
         return self  # shared read-only data: an env's deep copy keeps pointing at it
 
     def task(self, task_id: str | int) -> Any:
-        key = str(task_id)
+        """A task by its id (`"88"`) or by the scenario id the env reports for it (`"retail/88"`)."""
+        key = str(task_id).removeprefix(f"{self.name}/")
         if key not in self.tasks:
             raise ValueError(f"unknown tau2 {self.name} task_id {task_id!r} (there are {len(self.tasks)} tasks)")
         return self.tasks[key]
