@@ -22,6 +22,7 @@ from scope_envs.core.chat import Message
 from scope_envs.core.dialogue import AGENT, USER, DialogueEnv, EpisodeEnd, Reward, Scenario
 from scope_envs.core.render import render_view
 from scope_envs.core.spaces import UnicodeText
+from scope_envs.p4g.env import USER_REWARDS
 from scope_envs.persuasion_acts.acts import PERSUADEE_ACTS, PERSUADER_ACTS, act_text, parse_act
 from scope_envs.persuasion_acts.engine import ActsBatch
 from scope_envs.persuasion_acts.model import (
@@ -34,7 +35,6 @@ from scope_envs.persuasion_acts.model import (
 )
 
 PERSONAS_PER_SPLIT = {"train": 1000, "test": 200}
-USER_REWARDS = ("adversarial", "cooperative")
 ACTS = {AGENT: PERSUADER_ACTS, USER: PERSUADEE_ACTS}
 _PERSONA_LINE = re.compile(r"^Persona \(Big Five, z-scores\): (.*)$", re.MULTILINE)
 
