@@ -100,7 +100,11 @@ def build_act_policy(spec: str, *, env: Any, side: str, temperature: float) -> A
         return ActPolicy(n_features, n_acts, temperature=temperature)
     if spec.startswith("family:") and side == USER:
         family = make_family(spec.removeprefix("family:"))
+        if family.k is not None:
+            raise ValueError(f"{spec!r}: a trainable simulator samples plainly; drop the /vs option")
         assert n_features == len(USER_FEATURES) and n_acts == family.weights.shape[0]
-        return ActPolicy(n_features, n_acts, temperature=temperature, weights=family.gamma * family.weights)
+        # logits / temperature = gamma * W_f x: the policy starts as exactly this simulator
+        weights = temperature * family.gamma * family.weights
+        return ActPolicy(n_features, n_acts, temperature=temperature, weights=weights)
     assert n_features in (len(AGENT_FEATURES), len(USER_FEATURES))
     raise ValueError(f"unknown act-level policy {spec!r}: use 'linear', or 'family:F[@GAMMA]' for the user side")

@@ -44,6 +44,11 @@ def collect_acts(
                 player = players[group][side]
                 by_player.setdefault(id(player), (player, []))[1].append(group)
             for player, groups in by_player.values():
+                if not hasattr(player, "act"):
+                    raise TypeError(
+                        f"{getattr(player, 'name', type(player).__name__)} cannot play an act-level env: it needs "
+                        "a vectorized act(features, mask, rng), as simulator families and act-level policies have"
+                    )
                 if salt == 0:
                     failpoint("rollout", step + 1)  # while training episodes are half played
                 index = pending[np.isin(group_of_array[pending], groups)]

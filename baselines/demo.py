@@ -234,9 +234,9 @@ def write_report(
         f"per method; Verbalized Sampling k = {settings.k}; pool size {settings.pool_size}, a snapshot every "
         f"{settings.pool_every} steps; {seconds:.0f} s on {settings.jobs} processes.",
         "",
-        f"Mean ± 95% interval over seeds. Held-out success: the last evaluation ({settings.eval_tasks} test personas "
-        f"x {settings.eval_samples} episodes per panel family). Training reward and success, and policy entropy "
-        f"(nats per act), averaged over the last {tail} steps.",
+        f"Mean ± 95% interval over seeds. Held-out success: the last evaluation ({settings.eval_tasks} draws of "
+        f"test personas x {settings.eval_samples} episodes per panel family). Training reward and success, and "
+        f"policy entropy (nats per act), averaged over the last {tail} steps.",
         "",
         "| method | held-out success | training reward | training success | policy entropy |",
         "|---|---|---|---|---|",

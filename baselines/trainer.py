@@ -399,10 +399,11 @@ class Trainer:
     def run(
         self, *, resume: bool = False, progress: bool = True, on_step: Callable[[dict[str, Any]], None] | None = None
     ) -> list[dict[str, Any]]:
-        if resume:
-            self.resume()
-        elif self.metrics_path.exists():
-            self.metrics_path.unlink()
+        if not (resume and self.resume()):  # a fresh start, also when there is nothing to resume from
+            if self.metrics_path.exists():
+                self.metrics_path.unlink()
+            if self.pool is not None:
+                self.pool.drop_after(0)  # only the initial simulator
         from tqdm.auto import tqdm
 
         log = MetricsLog(

@@ -20,16 +20,8 @@ from typing import Any
 import numpy as np
 
 from scope_envs.core.chat import Message
-from scope_envs.persuasion_acts.acts import (
-    ASK_AMOUNT,
-    CLOSING,
-    PERSUADEE_ACTS,
-    PERSUADER_ACTS,
-    PROPOSITION,
-    STRATEGIES,
-    act_text,
-)
-from scope_envs.persuasion_acts.model import load_reference, log_softmax
+from scope_envs.persuasion_acts.acts import CLOSING, PERSUADEE_ACTS, PERSUADER_ACTS, STRATEGIES, act_text
+from scope_envs.persuasion_acts.model import AGENT_FEATURES, HORIZON, load_reference, log_softmax
 from sims.scripted import ScriptedSimulator
 
 
@@ -62,7 +54,8 @@ class ActFamily(ScriptedSimulator):
         return np.exp(log_softmax(self.gamma * self.log_reference(features, mask), mask))
 
     def act(self, features: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """Replies for a batch and their log-probabilities under this simulator's sampling."""
+        """Replies for a batch and their log-probabilities: under `p_ref ** gamma` for plain
+        sampling; with Verbalized Sampling, of the final draw given the listed candidates."""
         log_ref = self.log_reference(features, mask)
         sharpened = log_softmax(self.gamma * log_ref, mask)
         noise = gumbel(rng, sharpened.shape)
@@ -93,20 +86,25 @@ class ScriptedPersuader(ScriptedSimulator):
     proposes a donation, asks for the amount while the persuadee keeps listening, then closes."""
 
     name = "scripted-persuader"
+    PLAN = ("greeting", "strategy", "strategy", "strategy", "proposition-of-donation", *["ask-donation-amount"] * 3)
 
     def reply(self, messages: list[Message], tools: list[dict[str, Any]], rng: np.random.Generator) -> str:
         said = sum(m.role == "assistant" for m in messages)
-        if said == 0:
-            act = 0
-        elif said < 4:
-            act = PERSUADER_ACTS.index(STRATEGIES[int(rng.integers(len(STRATEGIES)))])
-        elif said == 4:
-            act = PROPOSITION
-        elif said < 8:
-            act = ASK_AMOUNT
-        else:
-            act = CLOSING
-        return act_text(PERSUADER_ACTS, act)
+        return act_text(PERSUADER_ACTS, int(self.act_at(np.array([said]), rng)[0][0]))
+
+    def act(self, features: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorized: the exchange is read from the persuader's `progress` feature."""
+        progress = features[:, AGENT_FEATURES.index("progress")]
+        return self.act_at(np.rint(progress * HORIZON).astype(int), rng)
+
+    def act_at(self, exchange: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """The acts at these exchanges (0-based) and their log-probabilities."""
+        planned = np.array([PERSUADER_ACTS.index(a) if a != "strategy" else -1 for a in self.PLAN] + [CLOSING])
+        acts = planned[np.minimum(exchange, len(self.PLAN))]
+        strategy = acts < 0
+        drawn = rng.integers(len(STRATEGIES), size=len(acts))
+        acts[strategy] = PERSUADER_ACTS.index(STRATEGIES[0]) + drawn[strategy]
+        return acts, np.where(strategy, -np.log(len(STRATEGIES)), 0.0)
 
 
 def make_family(spec: str, **kwargs: Any) -> ActFamily:

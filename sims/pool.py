@@ -122,7 +122,8 @@ class CheckpointPool:
         """The pool as it was after training step `step` (a resumed run replays the later steps):
         removes members added later and restores retained members evicted later."""
         dropped = [m for m in self._members if m.step > step]
-        restored = [m for m, evicted_at in self._evicted if evicted_at > step]
+        dropped += [m for m, _ in self._evicted if m.step > step]  # added and evicted since: never existed
+        restored = [m for m, evicted_at in self._evicted if evicted_at > step and m.step <= step]
         if dropped or restored:
             kept = [m for m in self._members if m.step <= step]
             self._members = sorted(restored + kept, key=lambda m: int(m.id.removeprefix("ckpt-")))

@@ -40,9 +40,9 @@ POPULATION = [
     "simulator_policy=family:0@3",
     "simulator_kl_coef=0.1",
     "pool_every=1",
-    "pool_size=2",
+    "pool_size=1",  # more snapshots than the pool holds between two checkpoints
     "steps=4",
-    "checkpoint_every=1",
+    "checkpoint_every=2",
     "eval_every=2",
     "keep_checkpoints=5",
 ]
@@ -136,7 +136,7 @@ def test_a_run_killed_at_any_point_resumes_exactly(tmp_path):
     whole = tmp_path / "whole"
     assert run_cli([*POPULATION, f"output_dir={whole}"]).returncode == 0
     expected = final_state(whole)
-    for point in ("rollout@3", "update_agent@3", "checkpoint@2", "pool_manifest@3"):
+    for point in ("rollout@3", "update_agent@3", "checkpoint@4", "pool_manifest@3"):
         out = tmp_path / point.replace("@", "-")
         crashed = run_cli([*POPULATION, f"output_dir={out}"], **{ENV_VAR: point})
         assert crashed.returncode == -9, f"{point} did not fire: {crashed.stderr[-500:]}"
@@ -190,3 +190,12 @@ def test_throughput_benchmark_runs():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("agent turns/s") == 2 and "ratio" in result.stdout
+
+
+def test_the_persuadee_side_trains_against_the_scripted_persuader(tmp_path):
+    overrides = [*ACTS, "side=user", "simulators=[scripted]", "eval_simulators=[scripted]", "steps=2"]
+    assert main(["train", *overrides, f"output_dir={tmp_path}"]) == 0
+    assert all(r["trained_tokens"] > 0 for r in history(tmp_path))
+    bad = load_config(None, [*ACTS, "simulators=[scripted:sims.p4g:ScriptedPersuadee]", f"output_dir={tmp_path / 'x'}"])
+    with pytest.raises(TypeError, match="cannot play an act-level env"):
+        Trainer(bad).train_step(0)

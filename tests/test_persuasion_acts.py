@@ -175,3 +175,28 @@ def test_calibration_regenerates_the_shipped_table(p4g_dir, tmp_path):
     np.testing.assert_allclose(fresh["persona_correlation"], shipped["persona_correlation"], atol=2e-4)
     assert fresh["meta"]["events"] == shipped["meta"]["events"] > 2000
     assert fresh["meta"]["mean_log_likelihood"] > fresh["meta"]["uniform_log_likelihood"] + 0.2
+
+
+def test_scripted_persuader_acts_the_same_batched_and_as_text():
+    from sims.persuasion_acts import ScriptedPersuader
+
+    persuader = ScriptedPersuader()
+    batch = ActsBatch(np.zeros((1, 5)), exchanges=12)
+    env = PersuasionActsEnv(exchanges=12)
+    env.reset(seed=0)
+    family = ActFamily(1)
+    for exchange in range(12):
+        if not env.agents:
+            break
+        rng = np.random.default_rng(exchange)
+        batched = persuader.act(batch.agent_features(), np.ones((1, 14), bool), rng)[0][0]
+        text = persuader.respond(env.view(AGENT), seed=exchange).text
+        assert parse_act(PERSUADER_ACTS, text) == batched
+        env.step({AGENT: int(batched)})
+        batch.step_agent(np.array([0]), np.array([batched]))
+        if env.agents:  # the family replays views longer than the default horizon
+            reply = parse_act(PERSUADEE_ACTS, family.respond(env.view(USER), seed=exchange).text)
+            env.step({USER: reply})
+            batch.step_user(np.array([0]), np.array([reply]))
+    with pytest.raises(ValueError, match="set exchanges, not max_turns"):
+        PersuasionActsEnv(exchanges=2, max_turns=6)

@@ -333,3 +333,16 @@ def test_a_retaining_pool_restores_evicted_members_until_purged(tmp_path):
     reopened.add(writer("w2'"), step=2)
     reopened.purge_evicted(2)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("ckpt-")) == [m.id for m in reopened.members]
+
+
+def test_dropping_steps_forgets_members_added_and_evicted_since(tmp_path):
+    """Members that were added and evicted after the resume point never existed for the replay."""
+    pool = CheckpointPool(tmp_path, max_size=1, retain_evicted=True)
+    for step in range(4):
+        pool.add(lambda path: None, step=step)
+    pool.purge_evicted(3)
+    pool.add(lambda path: None, step=4)
+    pool.add(lambda path: None, step=5)
+    pool.drop_after(3)
+    assert [m.step for m in pool.members] == [3]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("ckpt-")) == ["ckpt-000003"]

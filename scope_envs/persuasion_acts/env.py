@@ -69,8 +69,9 @@ def persuadee_prompt(persona: np.ndarray) -> str:
     )
 
 
-def replay(view: list[Message], side: str, exchanges: int = HORIZON) -> ActsBatch:
-    """The state of an episode rebuilt from one side's view (its own turns are `assistant`)."""
+def replay(view: list[Message], side: str, exchanges: int = 10**9) -> ActsBatch:
+    """The state of an episode rebuilt from one side's view (its own turns are `assistant`); the
+    features do not depend on the episode's length limit, so by default there is none."""
     persona = parse_persona(view[0].text) if side == USER else np.zeros(len(PERSONA_TRAITS))
     batch = ActsBatch(persona[None], exchanges)
     for message in view[1:]:
@@ -94,7 +95,8 @@ class PersuasionActsEnv(DialogueEnv):
             raise ValueError(f"user_reward must be one of {USER_REWARDS}, got {user_reward!r}")
         if exchanges < 1:
             raise ValueError("exchanges must be at least 1")
-        kwargs.setdefault("max_turns", 2 * exchanges)
+        if kwargs.setdefault("max_turns", 2 * exchanges) != 2 * exchanges:
+            raise ValueError("an exchange is two turns: set exchanges, not max_turns")
         super().__init__(**kwargs)
         self.exchanges = exchanges
         self.user_reward = user_reward
