@@ -19,7 +19,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="simulator collapse and its remedies on the act-level persuasion testbed (CPU, minutes)",
         description="Trains a persuader with single-simulator RL, Verbalized Sampling, Co-Training, Population "
         "Co-Training and, as a reference, on the held-out panel itself, several seeds each; writes a report "
-        "(held-out success, training reward, policy entropy; mean and 95%% interval over seeds) and plots.",
+        "(held-out success, training reward, policy entropy; mean and 95% interval over seeds) and plots.",
     )
     from baselines.demo import add_arguments
 
