@@ -21,7 +21,7 @@ import numpy as np
 
 from baselines.traces import Sample
 from scope_envs.persuasion_acts.model import log_softmax
-from sims.persuasion_acts import gumbel
+from sims.persuasion_acts import sample_rows
 
 WEIGHTS_FILE = "policy.pt"
 
@@ -50,9 +50,7 @@ class ActPolicy:
     def act(self, features: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Sampled acts for a batch and their log-probabilities."""
         weights = self.model.weight.detach().cpu().numpy().astype(float)
-        logp = log_softmax(features @ weights.T / self.temperature, mask)
-        acts = np.argmax(logp + gumbel(rng, logp.shape), axis=1)
-        return acts, logp[np.arange(len(acts)), acts]
+        return sample_rows(log_softmax(features @ weights.T / self.temperature, mask), rng)
 
     def sequence_logprobs(self, samples: Sequence[ActSample]) -> tuple[Any, Any, Any]:
         """`[batch, turns]` log-probs of the acts taken, the mask of real turns, and the entropies."""

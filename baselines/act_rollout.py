@@ -14,7 +14,7 @@ import numpy as np
 
 from baselines.act_policy import ActPolicy, ActSample
 from baselines.episodes import Episode, derive_seed
-from scope_envs.core.dialogue import AGENT, SIDES, USER
+from scope_envs.core.dialogue import AGENT, SIDES, USER, user_reward_from
 from scope_envs.core.failpoints import failpoint
 from scope_envs.persuasion_acts.engine import ActsBatch
 
@@ -62,8 +62,8 @@ def collect_acts(
                     for row, episode in enumerate(index):
                         trace[side][episode].append((features[row], allowed[row], int(acts[row]), float(logprobs[row])))
                 (batch.step_agent if side == AGENT else batch.step_user)(index, acts)
-    rewards = batch.agent_reward()
-    user_rewards = 1.0 - rewards if env.user_reward == "adversarial" else rewards
+    rewards, success = batch.agent_reward(), batch.success()
+    user_rewards = user_reward_from(rewards, env.user_reward)
     episodes = []
     for index, scenario in enumerate(scenarios):
         samples = {side: [_sample(trace[side][index])] for side in SIDES if trace[side][index]}
@@ -72,7 +72,7 @@ def collect_acts(
                 group=group_of[index],
                 scenario_id=scenario,
                 rewards={AGENT: float(rewards[index]), USER: float(user_rewards[index])},
-                success=bool(batch.success()[index]),
+                success=bool(success[index]),
                 end_reason=str(batch.end_reason[index]),
                 turns=int(batch.exchange[index] * 2 - (batch.end_reason[index] == "persuader_closed")),
                 samples=samples,

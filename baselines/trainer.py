@@ -45,7 +45,7 @@ from scope_envs.core.registration import REGISTERED
 from sims.ensemble import Ensemble
 from sims.pool import CheckpointPool
 from sims.registry import make_simulator
-from sims.verbalized import VerbalizedSampling
+from sims.verbalized import verbalize
 
 LIVE = "live"  # the population draw that lets the live simulator play a group
 
@@ -89,13 +89,8 @@ class Trainer:
             partners: list[Any] = []
         else:
             partners = [make_simulator(spec, env=self.probe, side=self.partner_side) for spec in config.simulators]
-            if config.method == "vs":  # a simulator with its own form of Verbalized Sampling provides it
-                partners = [
-                    p.verbalized(config.vs_k)
-                    if hasattr(p, "verbalized")
-                    else VerbalizedSampling(p, k=config.vs_k, draw=config.vs_draw)
-                    for p in partners
-                ]
+            if config.method == "vs":
+                partners = [verbalize(p, k=config.vs_k, draw=config.vs_draw) for p in partners]
         self.partners = Ensemble(partners, mode="round_robin") if partners else None
         self.pool = (
             CheckpointPool(self.output / "sim_pool", max_size=config.pool_size, retain_evicted=True)

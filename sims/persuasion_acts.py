@@ -21,8 +21,15 @@ import numpy as np
 
 from scope_envs.core.chat import Message
 from scope_envs.persuasion_acts.acts import CLOSING, PERSUADEE_ACTS, PERSUADER_ACTS, STRATEGIES, act_text
+from scope_envs.persuasion_acts.env import replay
 from scope_envs.persuasion_acts.model import AGENT_FEATURES, HORIZON, load_reference, log_softmax
 from sims.scripted import ScriptedSimulator
+
+
+def sample_rows(logp: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """One draw per row of `[N, K]` log-probabilities (Gumbel-max), and the log-probability of each."""
+    drawn = np.argmax(logp + gumbel(rng, logp.shape), axis=1)
+    return drawn, logp[np.arange(len(drawn)), drawn]
 
 
 def gumbel(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
@@ -58,24 +65,18 @@ class ActFamily(ScriptedSimulator):
         sampling; with Verbalized Sampling, of the final draw given the listed candidates."""
         log_ref = self.log_reference(features, mask)
         sharpened = log_softmax(self.gamma * log_ref, mask)
-        noise = gumbel(rng, sharpened.shape)
         if self.k is None:
-            replies = np.argmax(sharpened + noise, axis=1)
-            return replies, sharpened[np.arange(len(replies)), replies]
+            return sample_rows(sharpened, rng)
         # Gumbel top-k: k distinct candidates drawn without replacement from p_ref ** gamma ...
-        keys = np.where(mask, sharpened + noise, -np.inf)
+        keys = np.where(mask, sharpened + gumbel(rng, sharpened.shape), -np.inf)
         candidates = np.argsort(-keys, axis=1)[:, : self.k]
         listed = np.zeros_like(mask)
         np.put_along_axis(listed, candidates, True, axis=1)
         listed &= mask
         # ... then one drawn in proportion to the reference probabilities verbalized for them.
-        verbalized = log_softmax(log_ref, listed)
-        replies = np.argmax(verbalized + gumbel(rng, verbalized.shape), axis=1)
-        return replies, verbalized[np.arange(len(replies)), replies]
+        return sample_rows(log_softmax(log_ref, listed), rng)
 
     def reply(self, messages: list[Message], tools: list[dict[str, Any]], rng: np.random.Generator) -> str:
-        from scope_envs.persuasion_acts.env import replay
-
         batch = replay(messages, "user")
         features, mask = batch.user_features()
         return act_text(PERSUADEE_ACTS, int(self.act(features, mask, rng)[0][0]))

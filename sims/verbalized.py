@@ -168,6 +168,14 @@ def draw_index(candidates: Sequence[Candidate], draw: str, rng: np.random.Genera
     return int(rng.choice(len(candidates), p=weights / weights.sum()))
 
 
+def verbalize(simulator: Any, k: int = 5, draw: str = "random") -> Any:
+    """`simulator` with Verbalized Sampling: its own form where it has one (`simulator.verbalized(k)`,
+    e.g. the act-level families), else wrapped in `VerbalizedSampling`."""
+    if hasattr(simulator, "verbalized"):
+        return simulator.verbalized(k)
+    return VerbalizedSampling(simulator, k=k, draw=draw)
+
+
 class VerbalizedSampling(Simulator):
     """Wraps any simulator: each reply is drawn from k verbalized candidates.
 

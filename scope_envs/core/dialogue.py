@@ -77,6 +77,12 @@ class Reward:
         return {"reward": float(self.value), "components": dict(self.components), **copy.deepcopy(dict(self.details))}
 
 
+def user_reward_from(agent_reward: Any, mode: str) -> Any:
+    """The user's reward from the agent's (a number or an array): `1 - r` when the user is
+    `"adversarial"`, `r` when `"cooperative"`."""
+    return 1.0 - agent_reward if mode == "adversarial" else agent_reward
+
+
 @dataclass(frozen=True)
 class EpisodeEnd:
     """Why an episode ended. `terminated` is False for every limit (a truncation)."""

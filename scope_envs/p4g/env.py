@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from scope_envs.core.chat import Message
-from scope_envs.core.dialogue import AGENT, USER, DialogueEnv, EpisodeEnd, Reward, Scenario
+from scope_envs.core.dialogue import AGENT, USER, DialogueEnv, EpisodeEnd, Reward, Scenario, user_reward_from
 from scope_envs.p4g.corpus import CorpusNotFoundError, locate_corpus, read_pairs
 from scope_envs.p4g.donation import MAX_DONATION, final_donation, parse_donation
 from scope_envs.p4g.personas import PersonaPair, synthetic_pairs
@@ -142,7 +142,7 @@ class P4GEnv(DialogueEnv):
         over_limit = sum(len(text.split()) > self.word_limit for text in persuader_turns)
         components = {"donation": donation, "success": float(donation > 0.0)}
         details = {"donation_stated": stated is not None, "turns_over_word_limit": over_limit}
-        user_value = 1.0 - agent_reward if self.user_reward == "adversarial" else agent_reward
+        user_value = user_reward_from(agent_reward, self.user_reward)
         return {
             AGENT: Reward(agent_reward, components, details),
             USER: Reward(user_value, components, {**details, "user_reward": self.user_reward}),

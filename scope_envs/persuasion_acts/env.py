@@ -19,7 +19,7 @@ from gymnasium import spaces
 
 from scope_envs.core.actions import parse_action
 from scope_envs.core.chat import Message
-from scope_envs.core.dialogue import AGENT, USER, DialogueEnv, EpisodeEnd, Reward, Scenario
+from scope_envs.core.dialogue import AGENT, USER, DialogueEnv, EpisodeEnd, Reward, Scenario, user_reward_from
 from scope_envs.core.render import render_view
 from scope_envs.core.spaces import UnicodeText
 from scope_envs.p4g.env import USER_REWARDS
@@ -182,7 +182,7 @@ class PersuasionActsEnv(DialogueEnv):
         donation = float(self.batch.donation[0])
         components = {"donation": donation, "success": float(donation > 0)}
         details = {"donation_stated": bool(self.batch.stated[0]), "exchanges": int(self.batch.exchange[0])}
-        user_value = 1.0 - reward if self.user_reward == "adversarial" else reward
+        user_value = user_reward_from(reward, self.user_reward)
         return {AGENT: Reward(reward, components, details), USER: Reward(user_value, components, details)}
 
     # ---- observations ---------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from scope_envs.core.chat import Message, ToolCall
-from scope_envs.core.dialogue import AGENT, USER, DialogueEnv, EpisodeEnd, Reward, Scenario
+from scope_envs.core.dialogue import AGENT, USER, DialogueEnv, EpisodeEnd, Reward, Scenario, user_reward_from
 from scope_envs.core.tools import ToolError
 from scope_envs.tau2.domain import Tau2Domain, load_domain
 from scope_envs.tau2.prompts import (
@@ -181,7 +181,7 @@ class Tau2Env(DialogueEnv):
 
     def compute_rewards(self, end: EpisodeEnd) -> dict[str, Reward]:
         result = self.evaluate(end)
-        user_value = result.reward if self.user_reward == "cooperative" else 1.0 - result.reward
+        user_value = user_reward_from(result.reward, self.user_reward)
         return {
             AGENT: Reward(result.reward, result.components, result.details),
             USER: Reward(user_value, result.components, {**result.details, "user_reward": self.user_reward}),
