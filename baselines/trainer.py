@@ -97,8 +97,7 @@ class Trainer:
             if config.method == "population"
             else None
         )
-        if self.pool is not None and not self.pool.members:
-            self.pool.add(self.learners[USER].policy.save, step=0, meta={"origin": "initial simulator"})
+        self._seed_pool()
         self._snapshots: dict[str, LMPolicy] = {}
         self.step = 0
         self.metrics_path = self.output / "metrics.jsonl"
@@ -134,6 +133,11 @@ class Trainer:
             policy.engine = self._vllm_engine(spec).handle(side)
             policy.engine.sync(policy.model)
         return Learner(side, policy, optimizer, loss_config, reference, RunningBaseline(decay=config.rae_decay))
+
+    def _seed_pool(self) -> None:
+        """A population's pool starts with the initial simulator (kept if the pool already has it)."""
+        if self.pool is not None and not self.pool.members:
+            self.pool.add(self.learners[USER].policy.save, step=0, meta={"origin": "initial simulator"})
 
     def _vllm_engine(self, spec: str) -> Any:
         """The vLLM engine of a base model; co-trained sides of one base share it (two adapters)."""
@@ -397,8 +401,9 @@ class Trainer:
         if not (resume and self.resume()):  # a fresh start, also when there is nothing to resume from
             if self.metrics_path.exists():
                 self.metrics_path.unlink()
-            if self.pool is not None:
-                self.pool.drop_after(0)  # only the initial simulator
+            if self.pool is not None:  # a pool left by an earlier run: back to the initial simulator only
+                self.pool.drop_after(0)
+                self._seed_pool()  # the earlier run may have evicted and deleted it
         from tqdm.auto import tqdm
 
         log = MetricsLog(

@@ -199,3 +199,17 @@ def test_the_persuadee_side_trains_against_the_scripted_persuader(tmp_path):
     bad = load_config(None, [*ACTS, "simulators=[scripted:sims.p4g:ScriptedPersuadee]", f"output_dir={tmp_path / 'x'}"])
     with pytest.raises(TypeError, match="cannot play an act-level env"):
         Trainer(bad).train_step(0)
+
+
+def test_a_fresh_run_into_an_old_output_dir_equals_one_into_a_new_dir(tmp_path):
+    """The earlier run's pool (whose initial simulator was evicted and deleted) is not carried over."""
+    settings = [s for s in POPULATION if not s.startswith("checkpoint_every")] + ["checkpoint_every=4"]
+    drop = {"step_time", "generated_tokens_per_s", "disk_mb"}
+
+    def run(out):
+        assert main(["train", *settings, f"output_dir={out}"]) == 0
+        return [{k: v for k, v in r.items() if k not in drop} for r in history(out)]
+
+    fresh = run(tmp_path / "fresh")
+    run(tmp_path / "reused")
+    assert run(tmp_path / "reused") == fresh
