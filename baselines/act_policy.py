@@ -1,38 +1,30 @@
-"""`ActPolicy`: a trainable softmax policy over one side's acts, for vectorized act-level envs.
+"""`ActPolicy`: a trainable linear softmax policy over one side's discrete acts.
 
+For any env whose side has a `Discrete` action space and a `features` vector in its observation.
 The trainer updates it with the same loss code as a language model: a sample is an episode's
 acts as a "token" sequence (`ActSample`, one position per turn, with the features and the allowed
 acts of that turn), and `sequence_logprobs` recomputes their log-probabilities differentiably.
 Rollouts call `act(features, mask, rng)` on a whole batch of episodes at once.
 
-Specs: `linear` (zero-initialised: uniform over the acts) for either side; for the persuadee,
-`family:F[@GAMMA]` starts from simulator family F sharpened by GAMMA, so co-training begins from
-exactly the simulator a single-simulator run trains against.
+Specs: `linear` (zero-initialised: uniform over the acts), or any policy spec whose policy is
+itself linear (it has `linear_weights()`, e.g. a simulator family of an act-level benchmark): the
+trainable policy then starts as exactly that policy, so co-training begins from the very simulator
+a single-simulator run trains against.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from baselines.traces import Sample
-from scope_envs.persuasion_acts.model import log_softmax
-from sims.persuasion_acts import sample_rows
+from scope_envs.core.rollout import ActSample
+from scope_envs.core.sampling import log_softmax, sample_rows
+from scope_envs.core.specs import make_policy
 
 WEIGHTS_FILE = "policy.pt"
-
-
-@dataclass(frozen=True)
-class ActSample(Sample):
-    """`ids` are `[0, act_1, ..., act_T]` (position 0 is the empty prompt); `features[t]` and
-    `allowed[t]` are what act `t + 1` was chosen from."""
-
-    features: np.ndarray = None  # type: ignore[assignment]
-    allowed: np.ndarray = None  # type: ignore[assignment]
 
 
 class ActPolicy:
@@ -86,23 +78,29 @@ class ActPolicy:
 
 
 def build_act_policy(spec: str, *, env: Any, side: str, temperature: float) -> ActPolicy:
-    """An `ActPolicy` for `side` of the vectorized env `env` (see the module docstring for specs)."""
-    from scope_envs.core.dialogue import USER
-    from scope_envs.persuasion_acts.model import AGENT_FEATURES, USER_FEATURES
-    from sims.persuasion_acts import make_family
+    """An `ActPolicy` for `side` of `env` (see the module docstring for specs)."""
+    from gymnasium import spaces
 
-    if env is None or not getattr(env, "vectorized", False):
-        raise ValueError(f"policy {spec!r} is an act-level policy: it needs an act-level env such as PersuasionActs")
-    n_features, n_acts = env.observation_space(side)["features"].shape[0], env.action_space(side).n
+    observation, actions = env.observation_space(side), env.action_space(side)
+    if not (
+        isinstance(actions, spaces.Discrete)
+        and isinstance(observation, spaces.Dict)
+        and "features" in observation.spaces
+    ):
+        raise ValueError(
+            f"policy {spec!r} is a linear act policy: it needs an env whose {side!r} side has Discrete actions "
+            f"and a 'features' vector in its observation; {type(env).__name__} has {actions} and {observation}"
+        )
+    n_features, n_acts = observation["features"].shape[0], int(actions.n)
     if spec == "linear":
         return ActPolicy(n_features, n_acts, temperature=temperature)
-    if spec.startswith("family:") and side == USER:
-        family = make_family(spec.removeprefix("family:"))
-        if family.k is not None:
-            raise ValueError(f"{spec!r}: a trainable simulator samples plainly; drop the /vs option")
-        assert n_features == len(USER_FEATURES) and n_acts == family.weights.shape[0]
-        # logits / temperature = gamma * W_f x: the policy starts as exactly this simulator
-        weights = temperature * family.gamma * family.weights
-        return ActPolicy(n_features, n_acts, temperature=temperature, weights=weights)
-    assert n_features in (len(AGENT_FEATURES), len(USER_FEATURES))
-    raise ValueError(f"unknown act-level policy {spec!r}: use 'linear', or 'family:F[@GAMMA]' for the user side")
+    start = make_policy(spec, env=env, side=side)
+    if not hasattr(start, "linear_weights"):
+        raise ValueError(f"unknown act-level policy {spec!r}: use 'linear', or a spec of a linear policy to start from")
+    weights = np.asarray(start.linear_weights(), dtype=float)
+    if weights.shape != (n_acts, n_features):
+        raise ValueError(
+            f"{spec!r} has weights of shape {weights.shape}; the {side!r} side needs {(n_acts, n_features)}"
+        )
+    # logits / temperature = W x: the policy starts as exactly `start`
+    return ActPolicy(n_features, n_acts, temperature=temperature, weights=temperature * weights)

@@ -16,8 +16,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     demo = commands.add_parser(
         "demo",
-        help="simulator collapse and its remedies on the act-level persuasion testbed (CPU, minutes)",
-        description="Trains a persuader with single-simulator RL, Verbalized Sampling, Co-Training, Population "
+        help="simulator collapse and its remedies on a fast act-level benchmark (CPU, minutes)",
+        description="Trains an agent with single-simulator RL, Verbalized Sampling, Co-Training, Population "
         "Co-Training and, as a reference, on the held-out panel itself, several seeds each; writes a report "
         "(held-out success, training reward, policy entropy; mean and 95% interval over seeds) and plots.",
     )
@@ -28,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("envs", help="list the registered environments, one line each")
 
     play = commands.add_parser("play", help="play episodes of an environment and print their transcripts")
-    play.add_argument("env", help="an environment name (e.g. P4G) or Gymnasium id (scope/P4G-v0)")
+    play.add_argument("env", help="an environment name or Gymnasium id (`scope envs` lists them)")
     play.add_argument(
         "--agent", default="scripted", help="spec of the agent policy (default: the env's scripted agent)"
     )
@@ -49,7 +49,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
     diagnose = commands.add_parser(
-        "diagnose", help="measure how mode-collapsed user simulators are on P4G persuadee states"
+        "diagnose", help="measure how mode-collapsed simulators are on states of an environment's conversations"
+    )
+    diagnose.add_argument("--env", required=True, help="the environment whose conversations give the states")
+    diagnose.add_argument("--side", default="user", choices=["agent", "user"], help="the side simulated (user)")
+    diagnose.add_argument(
+        "--env-arg", action="append", default=[], metavar="KEY=VALUE", help="a constructor argument of the env"
     )
     diagnose.add_argument("--simulator", action="append", required=True, help="a simulator spec; repeatable")
     diagnose.add_argument(
@@ -73,7 +78,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
     train = commands.add_parser("train", help="train a policy (YAML config plus key=value overrides)")
-    train.add_argument("config", nargs="?", default=None, help="a YAML config (see configs/); defaults otherwise")
+    train.add_argument(
+        "config",
+        nargs="?",
+        default=None,
+        help="a YAML config file, or the name of one a benchmark ships",
+    )
     train.add_argument("overrides", nargs="*", help="key=value settings that override the config")
     train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
 
@@ -98,24 +108,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _diagnose(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from scope_envs.p4g import P4GEnv
+    from scope_envs.core.views import build_env
     from sims import make_simulator
-    from sims.diagnostics import diagnose, format_table, p4g_persuadee_states, plot, sample_replies
+    from sims.diagnostics import diagnose, dialogue_states, format_table, plot, sample_replies
     from sims.verbalized import VerbalizedSampling
 
-    states = p4g_persuadee_states(args.states, seed=args.seed)
-    env = P4GEnv(persona_source="synthetic")
+    env = build_env(args.env, **dict(_key_value(item) for item in args.env_arg))
+    states = dialogue_states(env, args.side, args.states, seed=args.seed)
     sim_kwargs = dict(_key_value(item) for item in args.sim_arg)
     simulators = []
     for spec in args.simulator:
-        simulator = make_simulator(spec, env=env, side="user", **sim_kwargs)
+        simulator = make_simulator(spec, env=env, side=args.side, **sim_kwargs)
         simulators.append((spec, simulator))
         if args.vs:
             simulators.append((f"vs({spec})", VerbalizedSampling(simulator, k=5)))
     reference = None
     if args.reference:
         reference = sample_replies(
-            make_simulator(args.reference, env=env, side="user"), states, args.samples, seed=args.seed + 1
+            make_simulator(args.reference, env=env, side=args.side), states, args.samples, seed=args.seed + 1
         )
     reports = []
     for name, simulator in tqdm(simulators, desc="simulators", unit="sim"):
@@ -188,7 +198,6 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _list_envs() -> int:
-    import scope_envs  # noqa: F401  (registers the built-in environments)
     from scope_envs.core.registration import REGISTERED
 
     if not REGISTERED:
@@ -200,18 +209,16 @@ def _list_envs() -> int:
 
 
 def _play(args: argparse.Namespace) -> int:
-    import scope_envs  # noqa: F401
     from scope_envs.core.batch import run_episodes
-    from scope_envs.core.policy import import_object
-    from scope_envs.core.registration import REGISTERED
+    from scope_envs.core.registration import find_env
 
-    name = args.env.removeprefix("scope/").removesuffix("-User-v0").removesuffix("-v0")
-    if name not in REGISTERED:
-        print(f"unknown environment {args.env!r}; `scope envs` lists them", file=sys.stderr)
+    try:
+        info = find_env(args.env)
+    except ValueError as error:
+        print(error, file=sys.stderr)
         return 2
-    env_cls = import_object(REGISTERED[name].entry_point)
     env_kwargs = dict(_key_value(item) for item in args.env_arg)
-    envs = [env_cls(**env_kwargs) for _ in range(args.episodes)]
+    envs = [info.make(**env_kwargs) for _ in range(args.episodes)]
     options = {key: value for key, value in (("task_id", args.task_id), ("split", args.split)) if value is not None}
     results = run_episodes(envs, {"agent": args.agent, "user": args.simulator}, seeds=args.seed, options=options)
     for result in results:

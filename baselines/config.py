@@ -12,15 +12,19 @@ import yaml
 
 from baselines.advantages import ESTIMATORS
 from baselines.loss import AGGREGATIONS
+from baselines.policy import language_model_of
 
 METHODS = ("single", "ensemble", "vs", "cotrain", "population")
 SIMULATOR_REWARDS = ("adversarial", "cooperative", "curriculum")
+# population: each group's simulator drawn uniformly from the pool snapshots and the live one, or
+# always the latest of them (the live simulator)
+POOL_SAMPLING = ("uniform", "latest")
 
 
 @dataclass
 class TrainConfig:
     # what is trained, where
-    env: str = "P4G"
+    env: str = ""  # a registered environment (`scope envs` lists them)
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     side: str = "agent"
     policy: str = "tiny"  # "tiny" (random, for tests), "smollm2", or "hf:MODEL_OR_PATH"
@@ -40,7 +44,7 @@ class TrainConfig:
     tool_error_penalty: float = 0.1  # per tool error, subtracted from the curriculum reward
     pool_every: int = 16  # population: snapshot the simulator every N steps
     pool_size: int = 10
-    pool_sampling: str = "uniform"
+    pool_sampling: str = "uniform"  # see POOL_SAMPLING
     # rollouts
     steps: int = 10
     groups_per_step: int = 4
@@ -76,6 +80,8 @@ class TrainConfig:
 
     def validate(self) -> TrainConfig:
         problems = []
+        if not self.env:
+            problems.append("env is required: a registered environment name (`scope envs` lists them)")
         if self.method not in METHODS:
             problems.append(f"method must be one of {METHODS}, got {self.method!r}")
         if self.advantage not in ESTIMATORS:
@@ -86,20 +92,20 @@ class TrainConfig:
             problems.append(f"side must be 'agent' or 'user', got {self.side!r}")
         if self.generation_engine not in {"transformers", "vllm"}:
             problems.append(f"generation_engine must be 'transformers' or 'vllm', got {self.generation_engine!r}")
-        if self.generation_engine == "vllm" and not (self.lora and self.policy.startswith("hf:")):
+        if self.generation_engine == "vllm" and not (self.lora and language_model_of(self.policy)):
             problems.append(
                 "generation_engine 'vllm' serves the trained policy as a LoRA adapter: set lora and an hf: policy"
             )
         if self.generation_engine == "vllm" and self.method in {"cotrain", "population"}:
             simulator = self.simulator_policy or self.policy
-            if not simulator.startswith("hf:"):
+            if not language_model_of(simulator):
                 problems.append("generation_engine 'vllm' serves the co-trained simulator too: use an hf: policy")
         if self.simulator_reward not in SIMULATOR_REWARDS:
             problems.append(f"simulator_reward must be one of {SIMULATOR_REWARDS}, got {self.simulator_reward!r}")
         if self.method in {"cotrain", "population"} and self.side != "agent":
             problems.append("co-training trains the agent and the simulator: keep side 'agent'")
-        if self.pool_sampling not in {"uniform", "latest"}:
-            problems.append(f"pool_sampling must be 'uniform' or 'latest', got {self.pool_sampling!r}")
+        if self.pool_sampling not in POOL_SAMPLING:
+            problems.append(f"pool_sampling must be one of {POOL_SAMPLING}, got {self.pool_sampling!r}")
         if self.method == "single" and len(self.simulators) != 1:
             problems.append(f"method 'single' trains against exactly one simulator, got {len(self.simulators)}")
         for name in (
@@ -123,11 +129,33 @@ class TrainConfig:
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
+def shipped_configs(kind: str = "configs") -> list[Path]:
+    """The YAML files each benchmark ships in its own folder: training configs
+    (`scope_envs/<benchmark>/configs/`) or `scope demo` studies (`.../studies/`)."""
+    import scope_envs
+
+    return sorted(Path(scope_envs.__file__).parent.glob(f"*/{kind}/*.yaml"))
+
+
+def find_config(name: str | Path, kind: str = "configs") -> Path:
+    """A config file: a path, or the name of a shipped one (`NAME` or `NAME.yaml`)."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    shipped = shipped_configs(kind)
+    matches = [config for config in shipped if config.stem == path.name.removesuffix(".yaml")]
+    if len(matches) != 1:
+        known = ", ".join(config.stem for config in shipped)
+        raise ValueError(f"no file {str(name)!r}, nor a shipped one of that name; shipped: {known}")
+    return matches[0]
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
-    """A config from a YAML file (or the defaults) and `key=value` overrides (values parsed as YAML)."""
+    """A config from a YAML file or shipped config (or the defaults) and `key=value` overrides
+    (values parsed as YAML)."""
     values: dict[str, Any] = {}
     if path is not None:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        loaded = yaml.safe_load(find_config(path).read_text()) or {}
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: a training config is a mapping of keys to values")
         values.update(loaded)

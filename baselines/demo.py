@@ -1,7 +1,8 @@
-"""`scope demo`: simulator collapse and its remedies on the act-level persuasion testbed, on a CPU.
+"""`scope demo`: simulator collapse and its remedies on a fast act-level benchmark, on a CPU.
 
-Trains a persuader (a linear softmax policy over the P4G acts) with each method, several seeds
-each, through the same trainer as the language-model runs:
+The study (the shipped config `demo`: the env, the agent's policy, and templates of the training
+simulator's and the held-out panel's specs) trains an agent with each method, several
+seeds each, through the same trainer as the language-model runs:
 
 * `single`: against one simulator family sharpened by `gamma` (an aligned LLM simulator);
 * `vs`: against the same simulator through Verbalized Sampling with `k` candidates;
@@ -10,7 +11,7 @@ each, through the same trainer as the language-model runs:
 * `heldout`: a reference, trained on the held-out panel itself.
 
 Every run is evaluated on a panel of families never trained against, at their reference
-behaviour (`gamma = 1`), on test personas. The report gives held-out success, training reward
+behaviour (`gamma = 1`), on test scenarios. The report gives held-out success, training reward
 and final policy entropy per method (mean and 95% interval over seeds) and plots them over steps.
 """
 
@@ -29,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
-from scope_envs.persuasion_acts.acts import PERSUADER_ACTS
+STUDY = "demo"  # the shipped study of that name (`scope_envs/<benchmark>/studies/demo.yaml`)
 
 METHODS = ("single", "vs", "cotrain", "population", "heldout")
 LABELS = {
@@ -40,7 +42,6 @@ LABELS = {
     "population": "Population Co-Training",
     "heldout": "held-out panel (reference)",
 }
-PANEL_FIRST_FAMILY = 100  # panel families are numbered from here; training families below it
 # Two-sided 97.5% quantiles of Student's t for 1..30 degrees of freedom (then the normal's).
 T_975 = tuple(
     float(value)
@@ -71,25 +72,32 @@ class DemoSettings:
     methods: tuple[str, ...] = METHODS
     jobs: int = 2
     out: str = "runs/demo"
+    study: str = STUDY
 
-    @property
-    def _spread(self) -> str:
-        return f"/spread{self.spread:g}" if self.spread != 1.0 else ""
+    def study_config(self) -> dict[str, Any]:
+        from baselines.config import find_config
+
+        return yaml.safe_load(find_config(self.study, kind="studies").read_text())
+
+    def _spec(self, template: str, **extra: Any) -> str:
+        return template.format(gamma=self.gamma, spread=self.spread, train_family=self.train_family, **extra)
 
     @property
     def train_spec(self) -> str:
-        return f"family:{self.train_family}@{self.gamma:g}{self._spread}"
+        return self._spec(self.study_config()["train_simulator"])
 
     @property
     def panel_specs(self) -> list[str]:
-        return [f"family:{PANEL_FIRST_FAMILY + i}{self._spread}" for i in range(self.panel)]
+        study = self.study_config()
+        return [self._spec(study["panel_simulator"], member=study["panel_first"] + i) for i in range(self.panel)]
 
 
 def run_config(settings: DemoSettings, method: str, seed: int) -> dict[str, Any]:
     """The trainer config (as `scope train` key=values) of one method and seed."""
+    study = settings.study_config()
     config: dict[str, Any] = {
-        "env": "PersuasionActs",
-        "policy": "linear",
+        "env": study["env"],
+        "policy": study["policy"],
         "method": "single",
         "simulators": [settings.train_spec],
         "eval_simulators": settings.panel_specs,
@@ -223,19 +231,20 @@ def write_report(
 ) -> Path:
     out = Path(settings.out)
     tail = max(settings.steps // 10, 1)
-    panel = ", ".join(spec.split(":")[1].split("/")[0] for spec in settings.panel_specs)
+    study = settings.study_config()
+    panel = ", ".join(f"`{spec}`" for spec in settings.panel_specs)
     lines = [
-        "# Simulator collapse on the act-level persuasion testbed",
+        f"# {study['title']}",
         "",
         f"Training simulator: family {settings.train_family} sharpened to gamma = {settings.gamma:g} "
-        f"(`{settings.train_spec}`). Held-out panel: families {panel} "
-        f"at their reference behaviour (gamma = 1), on test personas; family spread {settings.spread:g}.",
+        f"(`{settings.train_spec}`). Held-out panel: {panel} "
+        f"at their reference behaviour (gamma = 1), on test scenarios; family spread {settings.spread:g}.",
         f"{settings.seeds} seeds x {settings.steps} steps x {settings.groups} groups x {settings.group_size} episodes "
         f"per method; Verbalized Sampling k = {settings.k}; pool size {settings.pool_size}, a snapshot every "
         f"{settings.pool_every} steps; {seconds:.0f} s on {settings.jobs} processes.",
         "",
         f"Mean ± 95% interval over seeds. Held-out success: the last evaluation ({settings.eval_tasks} draws of "
-        f"test personas x {settings.eval_samples} episodes per panel family). Training reward and success, and "
+        f"test scenarios x {settings.eval_samples} episodes per panel family). Training reward and success, and "
         f"policy entropy (nats per act), averaged over the last {tail} steps.",
         "",
         "| method | held-out success | training reward | training success | policy entropy |",
@@ -246,13 +255,20 @@ def write_report(
             f"| {LABELS[method]} | {_cell(values['heldout_success'])} | {_cell(values['train_reward'])} | "
             f"{_cell(values['train_success'])} | {_cell(values['entropy'], 2)} |"
         )
-    lines.append(f"| untrained (uniform over acts) | {_cell(untrained)} | | | {np.log(len(PERSUADER_ACTS)):.2f} |")
+    lines.append(f"| {study['untrained']} | {_cell(untrained)} | | | {uniform_entropy(study['env']):.2f} |")
     lines += ["", *(f"![{plot.stem}]({plot.name})" for plot in plots), ""]
     lines += ["Per-step metrics of every run: `runs/<method>-seed<seed>/metrics.jsonl`.", ""]
     path = out / "report.md"
     path.write_text("\n".join(lines))
     (out / "summary.json").write_text(json.dumps({m: {k: list(v) for k, v in s.items()} for m, s in summary.items()}))
     return path
+
+
+def uniform_entropy(env: str) -> float:
+    """The entropy (nats) of the uniform policy over the agent's acts: the untrained agent's."""
+    from scope_envs.core.registration import find_env
+
+    return float(np.log(find_env(env).make().action_space("agent").n))
 
 
 def plot(results: dict[str, list[list[dict[str, Any]]]], out: Path, smooth: int) -> list[Path]:
@@ -291,7 +307,7 @@ def plot(results: dict[str, list[list[dict[str, Any]]]], out: Path, smooth: int)
 
 
 def untrained_success(settings: DemoSettings) -> tuple[float, float]:
-    """Held-out success of the untrained (uniform) persuader, evaluated as the runs are."""
+    """Held-out success of the untrained (uniform) agent, evaluated as the runs are."""
     from baselines.config import TrainConfig
     from baselines.trainer import Trainer
 
@@ -328,17 +344,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("steps", int, "training steps per run"),
         ("groups", int, "groups (personas) per step"),
         ("group_size", int, "episodes per group"),
-        ("lr", float, "persuader learning rate"),
+        ("lr", float, "agent learning rate"),
         ("simulator_lr", float, "co-trained simulator learning rate"),
         ("simulator_kl", float, "co-trained simulator KL coefficient to its initial behaviour"),
         ("spread", float, "how far simulator families differ from the shared reference behaviour"),
         ("train_family", int, "the simulator family trained against"),
-        ("panel", int, f"held-out panel size (families {PANEL_FIRST_FAMILY}, {PANEL_FIRST_FAMILY + 1}, ...)"),
+        ("panel", int, "held-out panel size (members numbered from the study's panel_first)"),
         ("eval_every", int, "steps between held-out evaluations"),
-        ("eval_tasks", int, "test personas per held-out evaluation"),
-        ("eval_samples", int, "episodes per test persona and panel family"),
+        ("eval_tasks", int, "test scenarios per held-out evaluation"),
+        ("eval_samples", int, "episodes per test scenario and panel family"),
         ("jobs", int, "runs trained at once (processes)"),
         ("out", str, "output folder"),
+        ("study", str, "the study: a YAML file or shipped config with env, policy, simulator spec templates"),
     )
     for name, kind, text in knobs:
         default = getattr(defaults, name)

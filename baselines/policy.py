@@ -13,9 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from baselines.traces import Sample
-from sims.base import Reply
+from baselines.traces import SideTrace
+from scope_envs.core.policy import Reply
+from scope_envs.core.rollout import Sample
+from scope_envs.core.specs import split_spec
 from sims.hf_backend import HFSimulator, smollm2_path
+
+LANGUAGE_MODELS = ("tiny", "smollm2", "hf")
 
 
 class TrainablePolicy(Protocol):
@@ -45,6 +49,10 @@ class LMPolicy:
     @property
     def stop_ids(self) -> set[int]:
         return self.simulator.stop_ids
+
+    def start_trace(self) -> SideTrace:
+        """An empty token-in, token-out record of one side of one episode (rollouts call it)."""
+        return SideTrace(self.tokenizer, self.stop_ids)
 
     def generate(self, prompts: list[list[int]], seeds: Sequence[int | None]) -> list[Reply]:
         if self.engine is not None:
@@ -112,22 +120,30 @@ def build_policy(
     env: Any = None,
     side: str = "agent",
 ) -> Any:
-    """`tiny` (a random model for tests), `smollm2`, `hf:MODEL_OR_PATH`, or for act-level envs
-    `linear` / `family:F[@GAMMA]` (see `baselines.act_policy`)."""
-    if spec == "linear" or spec.startswith("family:"):
+    """A language model: `tiny` (a random model for tests), `smollm2`, `hf:MODEL_OR_PATH`; otherwise
+    a linear act policy for envs with discrete acts: `linear`, or the spec of a linear policy to
+    start from (see `baselines.act_policy`)."""
+    backend, argument = split_spec(spec)
+    if backend not in LANGUAGE_MODELS:
         from baselines.act_policy import build_act_policy
 
         return build_act_policy(spec, env=env, side=side, temperature=temperature)
     kwargs = {"temperature": temperature, "max_new_tokens": max_new_tokens, "device": device}
-    if spec == "tiny":
+    if backend == "tiny":
         from sims.testing import tiny_chat_model
 
         model, tokenizer = tiny_chat_model(seed)
         simulator = HFSimulator(model, tokenizer=tokenizer, name="tiny", **kwargs)
-    elif spec == "smollm2":
+    elif backend == "smollm2":
         simulator = HFSimulator(smollm2_path(), name="smollm2-135m-instruct", **kwargs)
-    elif spec.startswith("hf:"):
-        simulator = HFSimulator(spec[3:], **kwargs)
+    elif argument:
+        simulator = HFSimulator(argument, **kwargs)
     else:
-        raise ValueError(f"unknown policy {spec!r}: use 'tiny', 'smollm2', 'hf:MODEL_OR_PATH', 'linear' or 'family:F'")
+        raise ValueError(f"policy {spec!r} names no model: use 'hf:MODEL_OR_PATH'")
     return LMPolicy(simulator, lora=lora)
+
+
+def language_model_of(spec: str) -> str | None:
+    """The Hugging Face model id or path an `hf:` policy spec names, or None for other specs."""
+    backend, argument = split_spec(spec)
+    return argument if backend == "hf" and argument else None

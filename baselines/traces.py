@@ -18,28 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from scope_envs.core.rollout import Sample
+
 
 @dataclass(frozen=True)
 class Turn:
     prompt_ids: list[int]
     token_ids: list[int]
     logprobs: list[float]
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One training sequence: `mask` is 1 on generated tokens, whose sampling log-probs are in `logprobs`."""
-
-    ids: list[int]
-    mask: list[int]
-    logprobs: list[float]
-    prompt_length: int
-
-    def check(self) -> None:
-        n = len(self.ids)
-        assert len(self.mask) == n and len(self.logprobs) == n, "ids, mask and logprobs have one entry per token"
-        assert 0 < self.prompt_length <= n and not any(self.mask[: self.prompt_length]), "the prompt is never trained"
-        assert any(self.mask), "a sample trains at least one token"
 
 
 def render_text(

@@ -1,12 +1,13 @@
 """The multi-turn GRPO trainer: one loop, the methods are configurations of it.
 
-Read top to bottom: `collect` plays groups of episodes (one scenario and one set of players per
-group) with every episode stepped together and each trainable model's turns generated in batches,
-token-in token-out; `update` turns each group's rewards into advantages and takes one optimizer
-step per learner on the clipped policy-gradient loss; `evaluate` measures held-out success against
-simulators never trained against; `save` / `resume` make a killed run continue exactly.
-Everything random in a step is derived from (seed, step), so a resumed run replays the same
-scenarios, samples and pool draws.
+Read top to bottom: `players` says who plays each group (the learners, and the opponents of
+`sims.opponents`); `collect` plays the groups through the env's rollout (`scope_envs.core.rollout`:
+chat episodes, or the benchmark's own vectorized rollout), every episode stepped together and each
+trainable model's turns generated in batches, token-in token-out; `update` turns each group's
+rewards into advantages and takes one optimizer step per learner on the clipped policy-gradient
+loss; `evaluate` measures held-out success against simulators never trained against; `save` /
+`resume` make a killed run continue exactly. Everything random in a step is derived from (seed,
+step), so a resumed run replays the same scenarios, samples and pool draws.
 
 Methods: `single`, `ensemble` and `vs` train one side against frozen simulators; `cotrain` also
 trains the simulator, on its own turns of the same conversations, with its own optimizer and
@@ -32,22 +33,18 @@ import numpy as np
 
 from baselines.advantages import RunningBaseline, curriculum_reward, group_advantages
 from baselines.config import TrainConfig, dump_config
-from baselines.episodes import Episode, derive_seed, is_success, tool_errors
 from baselines.loss import LossConfig, policy_loss
 from baselines.metrics_log import MetricsLog
-from baselines.policy import LMPolicy, build_policy
-from baselines.traces import Sample, SideTrace
-from scope_envs.core.batch import DialogueBatch, respond_all
-from scope_envs.core.dialogue import AGENT, SIDES, USER, DialogueEnv, other_side
+from baselines.policy import LMPolicy, build_policy, language_model_of
+from scope_envs.core.dialogue import AGENT, USER, DialogueEnv, other_side, user_reward_from
 from scope_envs.core.failpoints import failpoint
-from scope_envs.core.policy import PolicyError, import_object
-from scope_envs.core.registration import REGISTERED
-from sims.ensemble import Ensemble
+from scope_envs.core.registration import find_env
+from scope_envs.core.rollout import Episode, RolloutGroup, Sample, collect_chat
+from scope_envs.core.seeding import derive_seed
+from scope_envs.core.specs import make_policy
+from sims.opponents import Ensemble, Live, Opponents, Population
 from sims.pool import CheckpointPool
-from sims.registry import make_simulator
 from sims.verbalized import verbalize
-
-LIVE = "live"  # the population draw that lets the live simulator play a group
 
 
 @dataclass
@@ -70,12 +67,9 @@ class Trainer:
         self.output = Path(config.output_dir)
         self.output.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(config.seed)
-        import scope_envs  # noqa: F401  (registers the environments)
-
-        if config.env not in REGISTERED:
-            raise ValueError(f"unknown env {config.env!r}; registered: {', '.join(REGISTERED)}")
-        self.env_class = import_object(REGISTERED[config.env].entry_point)
+        self.env_info = find_env(config.env)
         self.probe = self.make_env()
+        self.rollout = self.env_info.rollout_function() or collect_chat
         self.side, self.partner_side = config.side, other_side(config.side)
         self.cotraining = config.method in {"cotrain", "population"}
         self._engines: dict[str, Any] = {}  # vLLM engines by base model
@@ -86,19 +80,19 @@ class Trainer:
             spec = config.simulator_policy or config.policy
             lr = config.simulator_lr if config.simulator_lr is not None else config.lr
             self.learners[USER] = self._learner(USER, spec, lr, config.simulator_kl_coef, seed=config.seed + 1)
-            partners: list[Any] = []
-        else:
-            partners = [make_simulator(spec, env=self.probe, side=self.partner_side) for spec in config.simulators]
-            if config.method == "vs":
-                partners = [verbalize(p, k=config.vs_k, draw=config.vs_draw) for p in partners]
-        self.partners = Ensemble(partners, mode="round_robin") if partners else None
         self.pool = (
-            CheckpointPool(self.output / "sim_pool", max_size=config.pool_size, retain_evicted=True)
+            CheckpointPool(
+                self.output / "sim_pool",
+                max_size=config.pool_size,
+                sampling=config.pool_sampling,
+                loader=self._load_snapshot,
+                retain_evicted=True,
+            )
             if config.method == "population"
             else None
         )
         self._seed_pool()
-        self._snapshots: dict[str, LMPolicy] = {}
+        self.opponents = self._opponents()
         self.step = 0
         self.metrics_path = self.output / "metrics.jsonl"
         self.checkpoints = self.output / "checkpoints"
@@ -134,6 +128,18 @@ class Trainer:
             policy.engine.sync(policy.model)
         return Learner(side, policy, optimizer, loss_config, reference, RunningBaseline(decay=config.rae_decay))
 
+    def _opponents(self) -> Opponents:
+        """Who plays the side opposite the trained one in each group."""
+        config = self.config
+        if self.pool is not None:
+            return Population(self.pool, self.learners[USER].policy, seed=config.seed)
+        if self.cotraining:
+            return Live(self.learners[USER].policy)
+        partners = [make_policy(spec, env=self.probe, side=self.partner_side) for spec in config.simulators]
+        if config.method == "vs":
+            partners = [verbalize(p, k=config.vs_k, draw=config.vs_draw) for p in partners]
+        return Ensemble(partners, mode="round_robin")
+
     def _seed_pool(self) -> None:
         """A population's pool starts with the initial simulator (kept if the pool already has it)."""
         if self.pool is not None and not self.pool.members:
@@ -141,7 +147,7 @@ class Trainer:
 
     def _vllm_engine(self, spec: str) -> Any:
         """The vLLM engine of a base model; co-trained sides of one base share it (two adapters)."""
-        base = spec.removeprefix("hf:")
+        base = language_model_of(spec) or spec
         if base not in self._engines:
             from baselines.vllm_engine import VLLMGeneration
 
@@ -157,138 +163,58 @@ class Trainer:
         return self._engines[base]
 
     def make_env(self) -> DialogueEnv:
-        return self.env_class(**self.config.env_kwargs)
+        return self.env_info.make(**self.config.env_kwargs)
 
     # ---- who plays each group ------------------------------------------------------------------
 
     def players(self, step: int, groups: int) -> tuple[list[dict[str, Any]], list[str]]:
-        """Each group's player per side, and the name of the user-side player (for metrics)."""
-        players, names = [], []
+        """Each group's player per side (the learners, and the opponent the group drew), and the
+        label of the opponent (for metrics and per-simulator baselines)."""
+        players, labels = [], []
         for group in range(groups):
-            own = {side: learner.policy for side, learner in self.learners.items()}
-            if not self.cotraining:
-                assert self.partners is not None
-                own[self.partner_side] = self.partners.pick(group)
-                names.append(f"simulator{self.partners.index_for(group)}")
-            elif self.pool is None:
-                names.append(LIVE)
-            else:
-                member = self.draw_member(step, group)
-                if member != LIVE:
-                    own[USER] = self._snapshot(member)
-                names.append(self._member_label(member))
-            players.append(own)
-        return players, names
-
-    def draw_member(self, step: int, group: int) -> str:
-        """The pool member that plays group `group` at `step`: a snapshot id, or LIVE."""
-        assert self.pool is not None
-        candidates = [m.id for m in self.pool.members] + [LIVE]
-        if self.config.pool_sampling == "latest":
-            return LIVE
-        return candidates[int(np.random.default_rng([self.config.seed, step, group, 7]).integers(len(candidates)))]
-
-    def _member_label(self, member_id: str) -> str:
-        """A replay-stable name for metrics: ids never repeat, so a resumed run's differ."""
-        assert self.pool is not None
-        if member_id == LIVE:
-            return LIVE
-        return f"snapshot@{next(m.step for m in self.pool.members if m.id == member_id)}"
-
-    def _snapshot(self, member_id: str) -> LMPolicy:
-        if member_id not in self._snapshots:
-            assert self.pool is not None
-            member = next(m for m in self.pool.members if m.id == member_id)
-            policy = build_policy(
-                self.config.simulator_policy or self.config.policy,
-                temperature=self.config.temperature,
-                max_new_tokens=self.config.max_new_tokens,
-                device=self.config.device,
-                lora=self.config.lora,
-                seed=self.config.seed + 1,
-                env=self.probe,
-                side=USER,
+            label, opponent = self.opponents.pick(step, group)
+            players.append(
+                {**{side: learner.policy for side, learner in self.learners.items()}, self.partner_side: opponent}
             )
-            policy.load_weights(self.pool.path(member))
-            self._snapshots[member_id] = policy
-        return self._snapshots[member_id]
+            labels.append(label)
+        return players, labels
+
+    def _load_snapshot(self, directory: Path) -> Any:
+        """A pool member as a policy: the simulator's architecture with the member's weights."""
+        config = self.config
+        policy = build_policy(
+            config.simulator_policy or config.policy,
+            temperature=config.temperature,
+            max_new_tokens=config.max_new_tokens,
+            device=config.device,
+            lora=config.lora,
+            seed=config.seed + 1,
+            env=self.probe,
+            side=USER,
+        )
+        policy.load_weights(directory)
+        return policy
 
     # ---- rollouts -------------------------------------------------------------------------------
 
     def collect(
         self, step: int, *, group_size: int, split: str, players: list[dict[str, Any]], salt: int = 0
     ) -> list[Episode]:
-        """Plays `len(players)` groups of `group_size` episodes; group g's scenario and players are shared.
-        Turns of `LMPolicy` players are generated token-in token-out and kept as samples."""
-        if getattr(self.env_class, "vectorized", False):
-            from baselines.act_rollout import collect_acts
-
-            return collect_acts(self, step, group_size=group_size, split=split, players=players, salt=salt)
-        seeds, options, group_of = [], [], []
-        for group in range(len(players)):
-            group_seed = derive_seed(self.config.seed, step, group, salt)
-            scenario = self.probe.reset(seed=group_seed, options={"split": split})[1]["agent"]["scenario_id"]
-            for member in range(group_size):
-                seeds.append(derive_seed(group_seed, member))
-                options.append({"task_id": scenario})
-                group_of.append(group)
-        envs = [self.make_env() for _ in seeds]
-        batch = DialogueBatch(envs)
-        batch.reset(seeds=seeds, options=options)
-        traces: list[dict[str, SideTrace]] = [{} for _ in envs]
-        generated = [0] * len(envs)
-        while not batch.done:
-            for side in SIDES:
-                pending = batch.pending(side)
-                by_player: dict[int, tuple[Any, list[Any]]] = {}
-                for p in pending:
-                    player = players[group_of[p.index]][side]
-                    by_player.setdefault(id(player), (player, []))[1].append(p)
-                for player, members in by_player.values():
-                    if salt == 0:
-                        failpoint("rollout", step + 1)  # while training episodes are half played
-                    if isinstance(player, LMPolicy):
-                        self._generate(player, side, members, batch, traces, generated)
-                    else:
-                        for index, reply in respond_all(player, members).items():
-                            batch.fail(index, str(reply)) if isinstance(reply, PolicyError) else batch.step(
-                                side, {index: reply}
-                            )
-        episodes = []
-        for index, result in enumerate(batch.results):
-            assert result is not None
-            episodes.append(
-                Episode(
-                    group=group_of[index],
-                    scenario_id=result.scenario_id,
-                    rewards=dict(result.rewards),
-                    success=is_success(result.rewards[self.side], result.reward_info[self.side]),
-                    end_reason=result.end_reason,
-                    turns=result.turns,
-                    samples={side: trace.samples() for side, trace in traces[index].items()},
-                    generated_tokens=generated[index],
-                    tool_errors={side: tool_errors(result.messages[side]) for side in SIDES},
-                )
-            )
-        return episodes
-
-    def _generate(
-        self,
-        policy: LMPolicy,
-        side: str,
-        pending: list[Any],
-        batch: DialogueBatch,
-        traces: list[dict[str, SideTrace]],
-        generated: list[int],
-    ) -> None:
-        for p in pending:
-            traces[p.index].setdefault(side, SideTrace(policy.tokenizer, policy.stop_ids))
-        prompts = [traces[p.index][side].next_prompt(p.messages, p.tools) for p in pending]
-        replies = policy.generate(prompts, [p.seed for p in pending])
-        for p, reply in zip(pending, replies):
-            batch.step(side, {p.index: reply})
-            traces[p.index][side].record(reply.token_ids or [], reply.logprobs or [], len(batch.view(p.index, side)))
-            generated[p.index] += len(reply.token_ids or [])
+        """Plays `len(players)` groups of `group_size` episodes through the env's rollout; group g's
+        scenario and players are shared. Everything random is derived from (seed, step, group, salt)."""
+        groups = [
+            RolloutGroup(derive_seed(self.config.seed, step, group, salt), group_players)
+            for group, group_players in enumerate(players)
+        ]
+        before_turn = (lambda: failpoint("rollout", step + 1)) if salt == 0 else None  # mid-rollout crash point
+        return self.rollout(
+            self.make_env,
+            groups,
+            group_size=group_size,
+            split=split,
+            key=(self.config.seed, step, salt),
+            before_turn=before_turn,
+        )
 
     # ---- rewards and one update ----------------------------------------------------------------------
 
@@ -298,15 +224,16 @@ class Trainer:
             return np.array([e.rewards[side] for e in members])
         agent = np.array([e.rewards[AGENT] for e in members])
         mode = self.config.simulator_reward
-        if mode == "adversarial":
-            return 1.0 - agent
-        if mode == "cooperative":
-            return agent
+        if mode != "curriculum":
+            return user_reward_from(agent, mode)
         penalty = self.config.tool_error_penalty * np.array([e.tool_errors[USER] for e in members])
         return curriculum_reward(agent) - penalty
 
-    def update(self, learner: Learner, episodes: list[Episode], groups: list[int]) -> dict[str, float]:
-        """One optimizer step for `learner` on the episodes of `groups` (the ones its policy played)."""
+    def update(
+        self, learner: Learner, episodes: list[Episode], groups: list[int], labels: list[str]
+    ) -> dict[str, float]:
+        """One optimizer step for `learner` on the episodes of `groups` (the ones its policy played);
+        `labels[g]` names the opponent of group g (the key of per-simulator baselines)."""
         import torch
 
         rows: list[tuple[Sample, float]] = []
@@ -316,11 +243,10 @@ class Trainer:
             rewards = self.side_rewards(learner.side, members)
             rewards_seen.extend(rewards.tolist())
             zero_variance += int(np.ptp(rewards) == 0)
-            partner = self.partners.index_for(group) if self.partners is not None else LIVE
             values = group_advantages(
                 rewards,
                 self.config.advantage,
-                key=(learner.side, partner),
+                key=(learner.side, labels[group]),
                 baseline=learner.baseline,
                 scale_std=self.config.scale_std,
             )
@@ -385,11 +311,11 @@ class Trainer:
         successes = []
         policy = self.learners[self.side].policy
         for spec in self.config.eval_simulators:
-            partner = make_simulator(spec, env=self.probe, side=self.partner_side)
+            partner = make_policy(spec, env=self.probe, side=self.partner_side)
             players = [{self.side: policy, self.partner_side: partner}] * self.config.eval_tasks
             episodes = self.collect(step, group_size=self.config.eval_samples, split="test", players=players, salt=1)
-            results[f"heldout_success/{spec}"] = float(np.mean([e.success for e in episodes]))
-            successes.extend(e.success for e in episodes)
+            results[f"heldout_success/{spec}"] = float(np.mean([e.success(self.side) for e in episodes]))
+            successes.extend(e.success(self.side) for e in episodes)
         results["heldout_success"] = float(np.mean(successes)) if successes else float("nan")
         return results
 
@@ -439,7 +365,7 @@ class Trainer:
     def train_step(self, step: int) -> dict[str, Any]:
         started = time.perf_counter()
         groups = self.config.groups_per_step
-        players, names = self.players(step, groups)
+        players, labels = self.players(step, groups)
         episodes = self.collect(step, group_size=self.config.group_size, split="train", players=players)
         rollout_time = time.perf_counter() - started
         rewards = np.array([e.rewards[self.side] for e in episodes])
@@ -447,13 +373,13 @@ class Trainer:
             "step": step + 1,
             "reward_mean": float(rewards.mean()),
             "reward_std": float(rewards.std()),
-            "success": float(np.mean([e.success for e in episodes])),
+            "success": float(np.mean([e.success(self.side) for e in episodes])),
             "turns": float(np.mean([e.turns for e in episodes])),
             "generated_tokens_per_s": sum(e.generated_tokens for e in episodes) / max(rollout_time, 1e-9),
         }
         for side, learner in self.learners.items():
             own_groups = [g for g in range(groups) if players[g][side] is learner.policy]
-            stats = self.update(learner, episodes, own_groups)
+            stats = self.update(learner, episodes, own_groups, labels)
             failpoint(f"update_{side}", step + 1)
             prefix = "" if side == self.side else "simulator/"
             record.update(
@@ -464,12 +390,12 @@ class Trainer:
                 }
             )
         if self.pool is not None:
-            for name in sorted(set(names)):
-                played = [e.rewards[AGENT] for e in episodes if names[e.group] == name]
-                record[f"pool/agent_reward/{name}"] = float(np.mean(played))
+            for label in sorted(set(labels)):
+                played = [e.rewards[AGENT] for e in episodes if labels[e.group] == label]
+                record[f"pool/agent_reward/{label}"] = float(np.mean(played))
             record["pool/size"] = len(self.pool.members)
             record["pool/age_mean"] = float(np.mean(self.pool.ages(step + 1)))
-            self._snapshots.clear()
+            self.pool.release()
         record["step_time"] = time.perf_counter() - started
         return record
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sims.base import Reply
+from scope_envs.core.policy import Reply
 from sims.vllm_backend import reply_from_output, vllm_available
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from scope_envs.core.dialogue import AGENT, USER
 from scope_envs.persuasion_acts import ActsBatch, PersuasionActsEnv
 from scope_envs.persuasion_acts.model import load_reference
-from sims.persuasion_acts import ActFamily
+from scope_envs.persuasion_acts.simulators import ActFamily
 
 TARGET = 50_000
 

@@ -29,7 +29,7 @@ def main() -> None:
 
     from baselines.loss import LossConfig, policy_loss
     from baselines.policy import LMPolicy
-    from baselines.traces import Sample
+    from scope_envs.core.rollout import Sample
     from sims.hf_backend import HFSimulator
     from sims.testing import tiny_chat_model
 

@@ -28,6 +28,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     args = parser.parse_args()
     config = TrainConfig(
+        env="P4G",
         policy=args.policy,
         env_kwargs={"persona_source": "synthetic", "exchanges": 2},
         max_new_tokens=args.max_new_tokens,

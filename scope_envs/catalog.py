@@ -1,35 +1,42 @@
-"""The environments SCOPE ships, registered with Gymnasium when `scope_envs` is imported."""
+"""The benchmarks SCOPE ships, registered with Gymnasium when `scope_envs` is imported.
+
+Each benchmark lives whole in its own folder; this list only says where. Every entry is a string
+imported on first use, so each benchmark stays importable without the others' extras.
+"""
 
 from __future__ import annotations
 
 from scope_envs.core.registration import register_dialogue_env
 
-# (name, "module:DialogueEnvClass", one-line description); each module stays importable without extras.
-BUILTIN: tuple[tuple[str, str, str], ...] = (
-    ("P4G", "scope_envs.p4g.env:P4GEnv", "Persuasion for Good: persuade the user to donate part of a $2 payment"),
-    (
+
+def register_all() -> None:
+    register_dialogue_env(
+        "P4G",
+        "scope_envs.p4g.env:P4GEnv",
+        "Persuasion for Good: persuade the user to donate part of a $2 payment",
+        reply_rules="scope_envs.p4g.rules:REPLY_RULES",
+    )
+    register_dialogue_env(
         "Tau2Retail",
         "scope_envs.tau2.env:Tau2RetailEnv",
         "tau2-bench retail: a customer-service agent handles orders under the retail policy",
-    ),
-    (
+        reply_rules="scope_envs.tau2.rules:REPLY_RULES",
+    )
+    register_dialogue_env(
         "Tau2Airline",
         "scope_envs.tau2.env:Tau2AirlineEnv",
         "tau2-bench airline: a customer-service agent handles reservations under the airline policy",
-    ),
-    (
+        reply_rules="scope_envs.tau2.rules:REPLY_RULES",
+    )
+    register_dialogue_env(
         "PersuasionActs",
         "scope_envs.persuasion_acts.env:PersuasionActsEnv",
         "Persuasion for Good at the level of dialogue acts: Discrete actions, fast, calibrated on the corpus",
-    ),
-    (
+        rollout="scope_envs.persuasion_acts.rollout:collect",
+        policies={"family": "scope_envs.persuasion_acts.simulators:make_family"},
+    )
+    register_dialogue_env(
         "CooperBench",
         "scope_envs.cooperbench.env:CooperBenchEnv",
         "CooperBench: two coding agents implement one feature each; merged patch, hidden tests",
-    ),
-)
-
-
-def register_all() -> None:
-    for name, entry_point, description in BUILTIN:
-        register_dialogue_env(name, entry_point, description)
+    )

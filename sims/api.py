@@ -20,7 +20,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from sims.base import Reply, Simulator, SimulatorError, Tools, Usage, View, as_messages, batch_arguments
+from scope_envs.core.policy import Reply, Simulator, SimulatorError, Tools, Usage, View, as_messages, batch_arguments
 from sims.retry import RETRYABLE_STATUS, RetryableError, RetryPolicy, retry_after_seconds
 
 

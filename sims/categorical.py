@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from scope_envs.core.chat import Message
-from sims.scripted import ScriptedSimulator
+from scope_envs.core.scripted import ScriptedSimulator
 
 Candidates = Sequence[tuple[str, float]]
 

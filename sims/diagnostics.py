@@ -262,24 +262,37 @@ def plot(reports: Sequence[CollapseReport], path: str | Path) -> Path:
     return path
 
 
-def p4g_persuadee_states(count: int, seed: int = 0, persona_source: str = "synthetic") -> list[list[dict[str, Any]]]:
-    """Persuadee views at different points of a conversation with the scripted persuader: the
-    states on which `scope diagnose` measures a user simulator."""
-    from scope_envs.p4g import P4GEnv
-    from sims.p4g import ScriptedPersuader
+def dialogue_states(
+    env: Any, side: str, count: int, *, seed: int = 0, players: Any = "scripted", max_turn: int = 3
+) -> list[list[dict[str, Any]]]:
+    """`side`'s views at different points of `count` conversations (episode seeds `seed`,
+    `seed + 1`, ...), each taken when `side` is about to speak its first, second, ... turn (a
+    seeded choice below `max_turn`): the states on which `scope diagnose` measures a simulator.
+    `players` (a spec, by default the env's scripted policies, or a mapping of side to policy)
+    play the conversation up to there."""
+    from scope_envs.core.dialogue import SIDES
+    from scope_envs.core.policy import reply_or_error
+    from scope_envs.core.seeding import derive_seed
+    from scope_envs.core.specs import resolve_policy
 
-    env, persuader = P4GEnv(persona_source=persona_source), ScriptedPersuader()
+    chosen = players if isinstance(players, dict) else dict.fromkeys(SIDES, players)
+    policies = {s: resolve_policy(chosen[s], env=env, side=s) for s in SIDES}
     rng = np.random.default_rng(seed)
     states = []
     for index in range(count):
         _, infos = env.reset(seed=seed + index)
-        exchanges = int(rng.integers(0, 3))
-        for exchange in range(exchanges + 1):
-            infos = env.step({"agent": persuader.respond(infos["agent"]["messages"], seed=seed + index)})[4]
-            if not env.agents:
-                break
-            if exchange < exchanges:
-                infos = env.step({"user": "I see. Tell me more."})[4]
-        if env.agents and env.to_speak == "user":
-            states.append(infos["user"]["messages"])
+        wanted, views = int(rng.integers(0, max_turn)), []
+        while env.agents and len(views) <= wanted:
+            speaker = env.to_speak
+            if speaker == side:
+                views.append(infos[side]["messages"])
+                if len(views) > wanted:
+                    break
+            view = infos[speaker]
+            reply = reply_or_error(
+                policies[speaker], view["messages"], view["tools"], derive_seed(seed + index, len(env.log))
+            )
+            infos = env.take_turn(speaker, reply)[4]
+        if views:
+            states.append(views[min(wanted, len(views) - 1)])
     return states

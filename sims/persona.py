@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 
 from scope_envs.core.chat import Message
-from sims.base import Reply, Simulator, Tools, View, as_messages
-from sims.scripted import view_digest
+from scope_envs.core.policy import Reply, Tools, View, as_messages
+from scope_envs.core.scripted import view_digest
+from sims.wrapper import SimulatorWrapper
 
 BEHAVIOURS: dict[str, tuple[str, ...]] = {
     "patience": (
@@ -33,14 +34,13 @@ def behaviour_for(system_prompt: str, seed: int) -> list[str]:
     return [str(options[int(rng.integers(len(options)))]) for options in BEHAVIOURS.values()]
 
 
-class PersonaPrompting(Simulator):
+class PersonaPrompting(SimulatorWrapper):
     """Wraps a simulator: its system prompt opens with a behaviour drawn per conversation."""
 
-    def __init__(self, simulator: Simulator, seed: int = 0) -> None:
-        self.simulator = simulator
+    def __init__(self, simulator: Any, seed: int = 0) -> None:
+        super().__init__(simulator)
         self.seed = seed
-        self.deterministic = simulator.deterministic
-        self.name = f"persona({simulator.name})"
+        self.name = f"persona({getattr(simulator, 'name', type(simulator).__name__)})"
 
     def prompted(self, messages: View) -> tuple[list[Message], str]:
         """The view with the behaviour prepended to its system prompt, and the behaviour."""
@@ -63,6 +63,3 @@ class PersonaPrompting(Simulator):
         for reply, (_, traits) in zip(replies, prompted):
             reply.metadata["persona_behaviour"] = traits
         return replies
-
-    def close(self) -> None:
-        self.simulator.close()

@@ -65,7 +65,7 @@ class CheckpointPool:
         self._members: list[PoolMember] = []
         self._evicted: list[tuple[PoolMember, int]] = []  # (member, step it was evicted at), kept on disk
         self._next_id = 0
-        self._loaded: tuple[str, Any] | None = None
+        self._loaded: dict[str, Any] = {}
         self._open()
 
     @property
@@ -102,21 +102,27 @@ class CheckpointPool:
                 shutil.rmtree(self.path(old), ignore_errors=True)
         return member
 
-    def sample(self, rng: np.random.Generator) -> PoolMember:
-        """The member that plays the user for one rollout group."""
-        if not self._members:
+    def sample(self, rng: np.random.Generator, *, include_live: bool = False) -> PoolMember | None:
+        """The member that plays the user for one rollout group. With `include_live`, the live
+        policy (newer than every member) is a candidate too, and None means it was drawn.
+        `sampling="latest"` always takes the newest candidate; `"uniform"` draws one uniformly."""
+        candidates = len(self._members) + int(include_live)
+        if candidates == 0:
             raise RuntimeError("the pool is empty: add the initial simulator first")
-        if self.sampling == "latest":
-            return self._members[-1]
-        return self._members[int(rng.integers(len(self._members)))]
+        index = candidates - 1 if self.sampling == "latest" else int(rng.integers(candidates))
+        return self._members[index] if index < len(self._members) else None
 
     def load(self, member: PoolMember) -> Any:
-        """The member as a simulator, through `loader`; the last one loaded is reused."""
+        """The member as a simulator, through `loader`; loaded members are kept until `release()`."""
         if self.loader is None:
             raise RuntimeError("this pool has no loader: pass loader=... to turn checkpoints into simulators")
-        if self._loaded is None or self._loaded[0] != member.id:
-            self._loaded = (member.id, self.loader(self.path(member)))
-        return self._loaded[1]
+        if member.id not in self._loaded:
+            self._loaded[member.id] = self.loader(self.path(member))
+        return self._loaded[member.id]
+
+    def release(self) -> None:
+        """Forgets the loaded members (e.g. after each training step, when the pool may change)."""
+        self._loaded.clear()
 
     def drop_after(self, step: int) -> list[PoolMember]:
         """The pool as it was after training step `step` (a resumed run replays the later steps):

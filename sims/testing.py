@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from scope_envs.core.chat import Message, ToolCall, function_tool
-from sims.base import Reply, Simulator
+from scope_envs.core.dialogue import AGENT, USER, DialogueEnv, EpisodeEnd, Reward, Scenario
+from scope_envs.core.policy import Reply, Simulator
 
 VIEW = [
     {"role": "system", "content": "You are a customer of an online shop. Answer briefly."},
@@ -59,19 +63,40 @@ def _check_reply(reply: Any) -> None:
     reply.to_message()
 
 
-def _check_in_env(simulator: Simulator) -> None:
-    """The simulator plays the user side of a whole P4G episode (synthetic personas, no data)."""
-    from scope_envs.core.views import AgentView
-    from scope_envs.p4g import P4GEnv
+class SmallTalkEnv(DialogueEnv):
+    """A benchmark-free conversation for checking policies: the agent greets a shop customer,
+    the user answers; it ends after `exchanges` exchanges, or when a side writes `BYE`."""
 
-    view = AgentView(P4GEnv(persona_source="synthetic", exchanges=2), simulator=simulator)
+    def __init__(self, exchanges: int = 2, **kwargs: Any) -> None:
+        super().__init__(max_turns=2 * exchanges, **kwargs)
+
+    def load_scenario(self, rng: np.random.Generator, options: Mapping[str, Any]) -> Scenario:
+        return Scenario(
+            "small-talk",
+            {AGENT: "You are a shop assistant. Be brief.", USER: VIEW[0]["content"]},
+            metadata={"split": options.get("split", "train")},
+        )
+
+    def end_reason(self, side: str, message: Message) -> str | None:
+        return "bye" if "BYE" in message.text else None
+
+    def compute_rewards(self, end: EpisodeEnd) -> dict[str, Reward]:
+        value = float(end.reason == "bye")
+        return {AGENT: Reward(value, {"bye": value}), USER: Reward(value, {"bye": value})}
+
+
+def _check_in_env(simulator: Simulator) -> None:
+    """The simulator plays the user side of a whole (benchmark-free) episode."""
+    from scope_envs.core.views import AgentView
+
+    view = AgentView(SmallTalkEnv(exchanges=2), simulator=simulator)
     view.reset(seed=0)
     done, steps = False, 0
     while not done:
-        _, _, terminated, truncated, info = view.step("Would you donate part of your $2 to Save the Children?")
+        _, _, terminated, truncated, info = view.step("Hello! What can I do for you today?")
         done, steps = terminated or truncated, steps + 1
         assert steps <= 2
-    assert info["end_reason"] in {"donation", "max_turns", "persuader_done", "error_budget", "policy_error"}
+    assert info["end_reason"] in {"bye", "max_turns", "error_budget", "policy_error"}
 
 
 CHATML_TEMPLATE = (
@@ -93,7 +118,7 @@ def tiny_chat_model(seed: int = 0) -> tuple[Any, Any]:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    corpus = [m["content"] for m in VIEW] + ["system user assistant tool donate dollars children help order yes no"]
+    corpus = [m["content"] for m in VIEW] + ["system user assistant tool give dollars children help order yes no"]
     trainer = trainers.BpeTrainer(
         vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )

@@ -1,6 +1,10 @@
 """Verbalized Sampling: ask the simulator for k plausible replies with their probabilities, then
 draw one. A mode-collapsed model asked for one reply gives its modal reply; asked to verbalize a
 distribution, it recovers much of the diversity of its pre-alignment behaviour.
+
+The instruction carries the rules of the conversation's benchmark that every candidate must still
+follow (its stop token, how a final answer is stated): the benchmarks declare them, and they are
+found from the system prompt (`scope_envs.core.rules`).
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from typing import Any
 import numpy as np
 
 from scope_envs.core.chat import Message
-from sims.base import Reply, Simulator, Tools, Usage, View, as_messages, batch_arguments
+from scope_envs.core.policy import Reply, Tools, Usage, View, as_messages, batch_arguments
+from scope_envs.core.registration import reply_rules_for
+from sims.wrapper import SimulatorWrapper
 
 CANDIDATES_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -42,24 +48,6 @@ INSTRUCTION = (
     '{{"text": "<reply {k}>", "probability": <p{k}>}}]}}'
 )
 
-# Rules of an environment's prompt that a verbalized answer must still follow: (a pattern that
-# identifies the environment's system prompt, what to add to the instruction).
-ENV_RULES: list[tuple[re.Pattern[str], str]] = [
-    (
-        re.compile(r"\[DONATE \$N\]"),
-        "Every reply in which you donate must state the amount exactly as [DONATE $N] inside its text.",
-    ),
-    (
-        re.compile(r"one message at a time", re.IGNORECASE),
-        "The guideline to generate one message at a time still holds for each reply: each text is one message. "
-        "Writing several alternatives here is what is asked of you.",
-    ),
-    (
-        re.compile(r"###STOP###"),
-        "A reply that ends the conversation must contain the same stop token as a plain reply would.",
-    ),
-]
-
 
 @dataclass(frozen=True)
 class Candidate:
@@ -68,8 +56,7 @@ class Candidate:
 
 
 def vs_instruction(system_prompt: str, k: int) -> str:
-    rules = [rule for pattern, rule in ENV_RULES if pattern.search(system_prompt)]
-    return INSTRUCTION.format(k=k) + "".join(f"\n- {rule}" for rule in rules)
+    return INSTRUCTION.format(k=k) + "".join(f"\n- {rule}" for rule in reply_rules_for(system_prompt))
 
 
 def parse_candidates(text: str, k: int) -> list[Candidate]:
@@ -176,7 +163,7 @@ def verbalize(simulator: Any, k: int = 5, draw: str = "random") -> Any:
     return VerbalizedSampling(simulator, k=k, draw=draw)
 
 
-class VerbalizedSampling(Simulator):
+class VerbalizedSampling(SimulatorWrapper):
     """Wraps any simulator: each reply is drawn from k verbalized candidates.
 
     Structured output is used where the backend has it (`respond_json`); otherwise the
@@ -186,16 +173,15 @@ class VerbalizedSampling(Simulator):
     carries no token ids for training.
     """
 
-    def __init__(self, simulator: Simulator, k: int = 5, draw: str = "random", retries: int = 2) -> None:
+    def __init__(self, simulator: Any, k: int = 5, draw: str = "random", retries: int = 2) -> None:
         if draw not in {"random", "prob"}:
             raise ValueError(f"draw must be 'random' or 'prob', got {draw!r}")
         if k < 2:
             raise ValueError("Verbalized Sampling needs k >= 2 candidates")
-        self.simulator = simulator
+        super().__init__(simulator)
         self.k = k
         self.draw = draw
         self.retries = retries
-        self.deterministic = simulator.deterministic
         self.name = f"vs({simulator.name}, k={k})"
         self.stats = {"verbalized": 0, "retried": 0, "fallback": 0}
 
@@ -261,9 +247,6 @@ class VerbalizedSampling(Simulator):
                 for v, s in zip(views, seeds)
             ]
         return self.simulator.respond_batch(views, None, seeds=seeds)
-
-    def close(self) -> None:
-        self.simulator.close()
 
 
 def _seeds(seed: int | None, count: int) -> list[int | None]:

@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sims.base import Reply, Simulator, Tools, View, as_messages, batch_arguments
+from scope_envs.core.policy import Reply, Simulator, Tools, View, as_messages, batch_arguments
 from sims.hf_backend import generated_reply
 
 

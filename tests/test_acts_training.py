@@ -19,7 +19,7 @@ from baselines.trainer import Trainer  # noqa: E402
 from scope_envs.core.dialogue import AGENT, USER  # noqa: E402
 from scope_envs.core.failpoints import ENV_VAR  # noqa: E402
 from scope_envs.persuasion_acts import PersuasionActsEnv  # noqa: E402
-from sims.persuasion_acts import ActFamily  # noqa: E402
+from scope_envs.persuasion_acts.simulators import ActFamily  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ACTS = [
@@ -104,8 +104,12 @@ def test_a_family_policy_starts_as_the_family():
     rng_a, rng_b = np.random.default_rng(1), np.random.default_rng(1)
     many = np.repeat(features, 50, 0), np.repeat(mask, 50, 0)
     np.testing.assert_array_equal(policy.act(*many, rng_a)[0], family.act(*many, rng_b)[0])
-    with pytest.raises(ValueError, match="act-level env"):
-        build_act_policy("linear", env=None, side=AGENT, temperature=1.0)
+    from scope_envs.p4g import P4GEnv
+
+    with pytest.raises(ValueError, match="Discrete actions"):
+        build_act_policy("linear", env=P4GEnv(persona_source="synthetic"), side=AGENT, temperature=1.0)
+    with pytest.raises(ValueError, match="weights of shape"):
+        build_act_policy("family:3@2", env=env, side=AGENT, temperature=1.0)
     assert isinstance(build_act_policy("linear", env=env, side=AGENT, temperature=1.0), ActPolicy)
 
 
@@ -196,7 +200,9 @@ def test_the_persuadee_side_trains_against_the_scripted_persuader(tmp_path):
     overrides = [*ACTS, "side=user", "simulators=[scripted]", "eval_simulators=[scripted]", "steps=2"]
     assert main(["train", *overrides, f"output_dir={tmp_path}"]) == 0
     assert all(r["trained_tokens"] > 0 for r in history(tmp_path))
-    bad = load_config(None, [*ACTS, "simulators=[scripted:sims.p4g:ScriptedPersuadee]", f"output_dir={tmp_path / 'x'}"])
+    bad = load_config(
+        None, [*ACTS, "simulators=[scripted:scope_envs.p4g.scripted:ScriptedPersuadee]", f"output_dir={tmp_path / 'x'}"]
+    )
     with pytest.raises(TypeError, match="cannot play an act-level env"):
         Trainer(bad).train_step(0)
 

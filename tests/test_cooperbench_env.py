@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from scope_envs.cooperbench import parallel_env, probe_isolation
+from scope_envs.cooperbench.scripted import GoldPatchCoder, gold_edits
 from scope_envs.core.chat import Message, ToolCall
 from scope_envs.testing import check_env
-from sims.cooperbench import GoldPatchCoder, gold_edits
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cooperbench"
 ISOLATION = probe_isolation()

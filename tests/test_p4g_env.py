@@ -4,9 +4,9 @@ import pytest
 
 from scope_envs import run_episodes
 from scope_envs.p4g import P4GEnv, parallel_env
+from scope_envs.p4g.scripted import ScriptedPersuadee, detect_strategies
 from scope_envs.testing import check_env
 from sims import Reply, Simulator
-from sims.p4g import ScriptedPersuadee, detect_strategies
 
 
 @pytest.fixture

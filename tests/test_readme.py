@@ -18,5 +18,8 @@ def test_readme_python_example_runs(capsys):
 def test_readme_opens_with_the_two_commands():
     commands = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
     assert commands[0].strip() == 'pip install -e ".[demo]" && scope demo'
-    assert commands[1].strip() == 'pip install -e ".[dev,tau2]" && ruff check . && ruff format --check . && pytest'
-    assert "ruff check . && ruff format --check . && pytest" in (ROOT / ".ci" / "run").read_text()
+    assert (
+        commands[1].strip()
+        == 'pip install -e ".[dev,tau2]" && ruff check . && ruff format --check . && lint-imports && pytest'
+    )
+    assert "ruff check . && ruff format --check . && lint-imports && pytest" in (ROOT / ".ci" / "run").read_text()

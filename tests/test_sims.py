@@ -107,7 +107,7 @@ def test_make_simulator_specs():
     assert isinstance(make_simulator("scripted:helpdesk_env:ScriptedCustomer"), ScriptedCustomer)
     with pytest.raises(ValueError, match="pass env= and side="):
         make_simulator("scripted")
-    with pytest.raises(ValueError, match="known backends: scripted"):
+    with pytest.raises(ValueError, match=r"known backends: .*scripted"):
         make_simulator("nosuch:model")
 
 

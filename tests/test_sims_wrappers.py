@@ -20,7 +20,7 @@ from sims.diagnostics import (
     self_bleu,
     tokens,
 )
-from sims.ensemble import Ensemble
+from sims.opponents import Ensemble
 from sims.persona import PersonaPrompting, behaviour_for
 from sims.pool import MANIFEST, CheckpointPool
 from sims.retry import RetryPolicy
@@ -217,7 +217,7 @@ def test_pool_copies_an_existing_checkpoint_and_reports_problems(tmp_path):
 
 
 def test_ensemble_one_simulator_per_group():
-    ensemble = Ensemble([lambda m, t: "a", lambda m, t: "b", "scripted:sims.p4g:ScriptedPersuadee"])
+    ensemble = Ensemble([lambda m, t: "a", lambda m, t: "b", "scripted:scope_envs.p4g.scripted:ScriptedPersuadee"])
     assert [ensemble.index_for(g) for g in range(6)] == [0, 1, 2, 0, 1, 2]
     seeded = Ensemble(ensemble.members, mode="random", seed=3)
     picks = [seeded.index_for(g) for g in range(30)]
@@ -225,7 +225,8 @@ def test_ensemble_one_simulator_per_group():
         picks == [Ensemble(ensemble.members, mode="random", seed=3).index_for(g) for g in range(30)]
         and len(set(picks)) == 3
     )
-    assert ensemble.pick(1).respond(VIEW).text == "b"
+    label, member = ensemble.pick(0, 1)
+    assert label == "simulator1" and member.respond(VIEW).text == "b"
 
 
 def test_persona_prompting_is_fixed_per_conversation_and_varies_across():
@@ -295,6 +296,10 @@ def test_diagnose_command(tmp_path, capsys):
         main(
             [
                 "diagnose",
+                "--env",
+                "P4G",
+                "--env-arg",
+                "persona_source=synthetic",
                 "--simulator",
                 "scripted",
                 "--states",

@@ -5,7 +5,7 @@ pytest.importorskip("tau2")
 from scope_envs.core.chat import Message
 from scope_envs.tau2 import Tau2Env, load_domain
 from scope_envs.tau2.prompts import user_system_prompt
-from sims.tau2 import (
+from scope_envs.tau2.scripted import (
     ANYTHING_ELSE,
     GoldActionsAgent,
     ScriptedTau2User,

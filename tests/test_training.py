@@ -13,15 +13,16 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from baselines.cli import main  # noqa: E402
-from baselines.config import load_config  # noqa: E402
+from baselines.config import load_config, shipped_configs  # noqa: E402
 from baselines.traces import SideTrace  # noqa: E402
 from scope_envs.p4g import P4GEnv  # noqa: E402
+from scope_envs.p4g.scripted import ScriptedPersuadee  # noqa: E402
 from sims.hf_backend import HFSimulator  # noqa: E402
-from sims.p4g import ScriptedPersuadee  # noqa: E402
 from sims.testing import tiny_chat_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
+    "env=P4G",
     "policy=tiny",
     "groups_per_step=2",
     "group_size=3",
@@ -35,6 +36,7 @@ TINY = [
 
 
 COTRAIN = [
+    "env=P4G",
     "policy=tiny",
     "groups_per_step=2",
     "group_size=2",
@@ -126,7 +128,7 @@ def test_train_end_to_end_through_the_cli(tmp_path, capsys):
     ):
         assert key in records[0]
     assert "heldout_success/scripted" in records[-1] and 0 <= records[-1]["heldout_success"] <= 1
-    assert records[0]["grad_norm"] > 0  # the parity persuadee makes rewards vary: a real update happened
+    assert any(r["grad_norm"] > 0 for r in records)  # the parity persuadee makes rewards vary: real updates
     assert (out / "curves.png").is_file() and (out / "checkpoints" / "latest").read_text() == "step-000002"
     if (out / "tensorboard").exists():
         assert any((out / "tensorboard").iterdir())
@@ -139,9 +141,11 @@ def test_config_errors_are_helpful(tmp_path):
     with pytest.raises(ValueError, match="did you mean 'group_size'"):
         load_config(None, ["groupsize=4"])
     with pytest.raises(ValueError, match="advantage must be one of"):
-        load_config(None, ["advantage=ppo"])
+        load_config(None, ["env=P4G", "advantage=ppo"])
+    with pytest.raises(ValueError, match="env is required"):
+        load_config(None, ["steps=1"])
     path = tmp_path / "c.yaml"
-    path.write_text("steps: 3\nmethod: ensemble\nsimulators: [scripted, scripted]\n")
+    path.write_text("env: P4G\nsteps: 3\nmethod: ensemble\nsimulators: [scripted, scripted]\n")
     config = load_config(path, ["steps=5"])
     assert config.steps == 5 and config.method == "ensemble"
     assert main(["train", str(path), "nonsense=1"]) == 2
@@ -221,8 +225,8 @@ def test_a_killed_run_resumes_exactly(tmp_path, method):
 
 
 def test_shipped_configs_are_valid():
-    configs = sorted((ROOT / "baselines" / "configs").glob("*.yaml"))
-    assert len(configs) >= 4
+    configs = shipped_configs()
+    assert len(configs) >= 4 and all(path.parts[-4] == "scope_envs" for path in configs)
     for path in configs:
         load_config(path)
 
@@ -236,7 +240,7 @@ def test_smollm2_config_trains_and_plots(tmp_path):
         main(
             [
                 "train",
-                str(ROOT / "baselines" / "configs" / "p4g_smollm2.yaml"),
+                "p4g_smollm2",
                 "steps=2",
                 "eval_every=2",
                 f"output_dir={out}",
@@ -363,10 +367,16 @@ def test_vllm_generation_is_validated_and_skips_cleanly_without_cuda(tmp_path):
     from sims.vllm_backend import vllm_available
 
     with pytest.raises(ValueError, match="LoRA adapter"):
-        load_config(None, ["generation_engine=vllm"])
+        load_config(None, ["env=P4G", "generation_engine=vllm"])
     config = load_config(
         None,
-        ["generation_engine=vllm", "policy=hf:some/model", "lora={r: 8, lora_alpha: 16}", f"output_dir={tmp_path}"],
+        [
+            "env=P4G",
+            "generation_engine=vllm",
+            "policy=hf:some/model",
+            "lora={r: 8, lora_alpha: 16}",
+            f"output_dir={tmp_path}",
+        ],
     )
     if vllm_available()[0]:
         pytest.skip("a CUDA device with vLLM is here: the GPU run covers this path")

@@ -129,7 +129,7 @@ def test_partner_tool_errors_are_surfaced(helpdesk_ids):
 
 
 def test_unknown_partner_spec_is_a_clear_error():
-    with pytest.raises(ValueError, match="unknown simulator spec 'nosuch:model'"):
+    with pytest.raises(ValueError, match="unknown policy spec 'nosuch:model'"):
         AgentView(HelpdeskEnv(), simulator="nosuch:model")
     env = HelpdeskEnv()
     env.scripted_policies = {}

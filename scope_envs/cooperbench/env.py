@@ -39,7 +39,7 @@ from scope_envs.cooperbench.sandbox import Limits, probe_isolation
 from scope_envs.cooperbench.sources import KNOWN_SDISTS, resolve_source, test_environment
 from scope_envs.cooperbench.workspace import Workspace
 from scope_envs.core.chat import Message, ToolCall
-from scope_envs.core.dialogue import AGENT, SIDES, USER, DialogueEnv, EpisodeEnd, Reward, Scenario, Transition
+from scope_envs.core.dialogue import AGENT, SIDES, USER, DialogueEnv, EpisodeEnd, Reward, Scenario
 from scope_envs.core.tools import ToolError
 
 SPLITS = ("train", "test")
@@ -50,8 +50,8 @@ class CooperBenchEnv(DialogueEnv):
 
     metadata = {**DialogueEnv.metadata, "name": "cooperbench_v0"}  # noqa: RUF012
     scripted_policies = {  # noqa: RUF012
-        "agent": "sims.cooperbench:GoldPatchCoder",
-        "user": "sims.cooperbench:GoldPatchCoder",
+        "agent": "scope_envs.cooperbench.scripted:GoldPatchCoder",
+        "user": "scope_envs.cooperbench.scripted:GoldPatchCoder",
     }
 
     def __init__(
@@ -200,17 +200,12 @@ class CooperBenchEnv(DialogueEnv):
             self.workdir.mkdir(parents=True, exist_ok=True)
         return self.workdir
 
-    def step(self, actions: Mapping[str, Any]) -> Transition:
-        transition = super().step(actions)
-        if self.end is None and time.monotonic() - self._started > self.max_wall_seconds:
-            speaker_info = transition[4]
-            ended = self.abort("wall_time", f"the episode ran over {self.max_wall_seconds:.0f} s")
-            for side in SIDES:
-                for key in ("event", "tool_results", "error", "warnings"):
-                    if key in speaker_info[side]:
-                        ended[4][side][key] = speaker_info[side][key]
-            return ended
-        return transition
+    def limit_reached(self) -> EpisodeEnd | None:
+        if time.monotonic() - self._started > self.max_wall_seconds:
+            return EpisodeEnd(
+                "wall_time", terminated=False, detail=f"the episode ran over {self.max_wall_seconds:.0f} s"
+            )
+        return None
 
     # ---- tools ---------------------------------------------------------------------------------------
 

@@ -3,17 +3,25 @@
 LLM-bound training and evaluation want one batched `generate` call for every episode waiting
 on the same side. `DialogueBatch` gives exactly that: `pending(side)` lists the views waiting on
 `side`, the caller generates all replies at once, and `step(side, replies)` applies them.
-`run_episodes` is the loop for the common case of one policy per side.
+`play(player_of)` is the one loop that does this until every episode has ended, for any
+assignment of players to episodes; `run_episodes` is its common case, one policy per side, and
+the trainer's rollouts (`scope_envs.core.rollout`) use it with one set of players per group.
+
+A player that keeps trajectories (`TracedPolicy`, e.g. a language model being trained) generates
+token-in, token-out: it starts a `Trace` per episode and side, which builds each prompt from the
+previous one plus what happened since, and records what was generated (`batch.traces`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from scope_envs.core.dialogue import SIDES, DialogueEnv, Transition
-from scope_envs.core.policy import MAX_SEED, ChatPolicy, PolicyError, resolve_policy, turn_seed
+from scope_envs.core.policy import ChatPolicy, PolicyError, reply_or_error
+from scope_envs.core.seeding import MAX_SEED, derive_seed
+from scope_envs.core.specs import resolve_policy
 
 
 @dataclass(frozen=True)
@@ -24,6 +32,25 @@ class Pending:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
     seed: int
+
+
+class Trace(Protocol):
+    """One side of one episode, token-in, token-out (see `baselines.traces.SideTrace`)."""
+
+    def next_prompt(self, view: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None) -> list[int]: ...
+
+    def record(self, token_ids: Sequence[int], logprobs: Sequence[float], view_length_after: int) -> None: ...
+
+    def samples(self) -> list[Any]: ...
+
+
+@runtime_checkable
+class TracedPolicy(Protocol):
+    """A player whose turns are generated from token ids and kept as training samples."""
+
+    def start_trace(self) -> Trace: ...
+
+    def generate(self, prompts: list[list[int]], seeds: Sequence[int | None]) -> list[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -47,6 +74,8 @@ class DialogueBatch:
             raise ValueError("a batch needs at least one env")
         self.envs = list(envs)
         self.results: list[EpisodeResult | None] = [None] * len(self.envs)
+        self.traces: list[dict[str, Trace]] = [{} for _ in self.envs]  # of `TracedPolicy` players
+        self.generated_tokens = [0] * len(self.envs)
         self._infos: list[dict[str, dict[str, Any]]] = [{} for _ in self.envs]
         self._episode_seeds = [0] * len(self.envs)
 
@@ -67,6 +96,8 @@ class DialogueBatch:
             _, self._infos[i] = env.reset(seed=seed_list[i], options=dict(option_list[i] or {}))
             self._episode_seeds[i] = int(env.np_random.integers(MAX_SEED)) if seed_list[i] is None else seed_list[i]
             self.results[i] = None
+            self.traces[i] = {}
+            self.generated_tokens[i] = 0
 
     @property
     def done(self) -> bool:
@@ -79,7 +110,7 @@ class DialogueBatch:
             if self.results[i] is None and env.end is None and env.to_speak == side:
                 info = self._infos[i][side]
                 waiting.append(
-                    Pending(i, info["messages"], info["tools"], turn_seed(self._episode_seeds[i], len(env.log)))
+                    Pending(i, info["messages"], info["tools"], derive_seed(self._episode_seeds[i], len(env.log)))
                 )
         return waiting
 
@@ -88,12 +119,53 @@ class DialogueBatch:
         return self._infos[index][side]["messages"]
 
     def step(self, side: str, replies: Mapping[int, Any]) -> None:
-        """Applies `replies` (episode index -> action) of `side`; an episode not named is left waiting."""
+        """Applies `replies` (episode index -> what `side`'s policy produced) with
+        `DialogueEnv.take_turn`: a `PolicyError` fails its episode; an episode not named is left waiting."""
         for i, reply in replies.items():
             env = self.envs[i]
             if env.end is not None or env.to_speak != side:
                 raise ValueError(f"episode {i} is not waiting on {side!r}")
-            self._record(i, env.step({side: reply}))
+            self._record(i, env.take_turn(side, reply))
+
+    def play(
+        self,
+        player_of: Callable[[int, str], Any],
+        *,
+        before_turn: Callable[[], None] | None = None,
+        after_round: Callable[[], None] | None = None,
+    ) -> None:
+        """Plays every episode to its end: `player_of(index, side)` is the policy of `side` in
+        episode `index`; each player answers all its waiting episodes in one batched call.
+        `before_turn` is called before each such call, `after_round` after each round of sides."""
+        while not self.done:
+            for side in SIDES:
+                by_player: dict[int, tuple[Any, list[Pending]]] = {}
+                for pending in self.pending(side):
+                    player = player_of(pending.index, side)
+                    by_player.setdefault(id(player), (player, []))[1].append(pending)
+                for player, waiting in by_player.values():
+                    if before_turn is not None:
+                        before_turn()
+                    if isinstance(player, TracedPolicy):
+                        self._generate(player, side, waiting)
+                    else:
+                        self.step(side, respond_all(player, waiting))
+            if after_round is not None:
+                after_round()
+
+    def _generate(self, policy: TracedPolicy, side: str, waiting: list[Pending]) -> None:
+        """One token-in, token-out turn of `policy` in every waiting episode."""
+        for pending in waiting:
+            self.traces[pending.index].setdefault(side, policy.start_trace())
+        prompts = [self.traces[p.index][side].next_prompt(p.messages, p.tools) for p in waiting]
+        replies = policy.generate(prompts, [p.seed for p in waiting])
+        for pending, reply in zip(waiting, replies, strict=True):
+            # The trace has seen the view up to and including this reply; tool results the env
+            # appends while stepping are new to the model and go into its next prompt.
+            seen = len(pending.messages) + 1
+            self.step(side, {pending.index: reply})
+            self.traces[pending.index][side].record(reply.token_ids or [], reply.logprobs or [], seen)
+            self.generated_tokens[pending.index] += len(reply.token_ids or [])
 
     def fail(self, index: int, error: str) -> None:
         """Ends episode `index` as a truncation because its policy could not reply."""
@@ -133,13 +205,7 @@ def respond_all(policy: ChatPolicy, pending: Sequence[Pending]) -> dict[int, Any
             return {p.index: reply for p, reply in zip(pending, replies, strict=True)}
         except PolicyError:
             pass
-    results: dict[int, Any] = {}
-    for p in pending:
-        try:
-            results[p.index] = policy.respond(p.messages, p.tools or None, seed=p.seed)
-        except PolicyError as error:
-            results[p.index] = error
-    return results
+    return {p.index: reply_or_error(policy, p.messages, p.tools, p.seed) for p in pending}
 
 
 def run_episodes(
@@ -155,22 +221,12 @@ def run_episodes(
     batch = DialogueBatch(envs)
     batch.reset(seeds, options)
     bar = _progress_bar(len(envs)) if progress else None
-    finished = 0
-    while not batch.done:
-        for side in SIDES:
-            pending = batch.pending(side)
-            if not pending:
-                continue
-            replies = respond_all(resolved[side], pending)
-            for index, reply in replies.items():
-                if isinstance(reply, PolicyError):
-                    batch.fail(index, str(reply))
-                else:
-                    batch.step(side, {index: reply})
+
+    def show_progress() -> None:
         if bar is not None:
-            now = sum(result is not None for result in batch.results)
-            bar.update(now - finished)
-            finished = now
+            bar.update(sum(result is not None for result in batch.results) - bar.n)
+
+    batch.play(lambda index, side: resolved[side], after_round=show_progress)
     if bar is not None:
         bar.close()
     return [result for result in batch.results if result is not None]

@@ -3,7 +3,8 @@
 The env never calls a language model. It keeps one conversation, renders each side's own view
 (its system prompt, its own turns as `assistant`, the other side's as `user`, its tool results as
 `tool`) and consumes the reply of whichever side is to speak. A subclass supplies the scenario,
-the tools, the end-of-conversation rules and the rewards; everything else lives here:
+the tools, the end-of-conversation rules and the rewards through the hooks listed under "what a
+subclass provides" (it never overrides `step` or a private method); everything else lives here:
 
 * a tool call is executed by the subclass and answered to the same side, which keeps the turn;
   a malformed call, an unknown tool or arguments that break the tool's schema are answered with
@@ -30,6 +31,7 @@ from pettingzoo import ParallelEnv
 
 from scope_envs.core.actions import parse_action
 from scope_envs.core.chat import Message, ToolCall, tool_name
+from scope_envs.core.policy import PolicyError
 from scope_envs.core.render import render_transcript, render_view
 from scope_envs.core.spaces import UnicodeText
 from scope_envs.core.tools import ToolError, validate_arguments
@@ -77,10 +79,27 @@ class Reward:
         return {"reward": float(self.value), "components": dict(self.components), **copy.deepcopy(dict(self.details))}
 
 
+USER_REWARDS = ("adversarial", "cooperative")
+
+
 def user_reward_from(agent_reward: Any, mode: str) -> Any:
     """The user's reward from the agent's (a number or an array): `1 - r` when the user is
     `"adversarial"`, `r` when `"cooperative"`."""
     return 1.0 - agent_reward if mode == "adversarial" else agent_reward
+
+
+class InvalidAction(ValueError):
+    """Raised by `DialogueEnv.interpret_action` for an action the benchmark does not accept; the
+    env answers it as an invalid action (counted against the error budget), never as a crash."""
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What `call_tool` may return instead of plain text: the output, and the reason the
+    conversation ends by the benchmark's rules because of this call (e.g. a transfer to a human)."""
+
+    output: str
+    end_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -133,8 +152,8 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
         self.max_context_tokens = max_context_tokens
         self.count_tokens = count_tokens
         self.render_mode = render_mode
-        self._observation_spaces = {side: UnicodeText() for side in SIDES}
-        self._action_spaces = {side: UnicodeText() for side in SIDES}
+        self.observation_spaces: dict[str, Any] = {side: UnicodeText() for side in SIDES}
+        self.action_spaces: dict[str, Any] = {side: UnicodeText() for side in SIDES}
         self._np_random: np.random.Generator | None = None
         self._np_random_seed: int | None = None
         self.scenario: Scenario | None = None
@@ -142,30 +161,57 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
         self.end: EpisodeEnd | None = None
 
     # ---- what a subclass provides ------------------------------------------------------------
+    # Required: `load_scenario` and `compute_rewards`. Optional: tools (`call_tool`), actions in
+    # another form than text (`interpret_action`), the benchmark's own state (`on_turn`), ending
+    # rules (`end_reason`, a `ToolResult` from a tool, `limit_reached`), observations (`observe`,
+    # `side_info`) and spaces (`observation_spaces` / `action_spaces`, set in `__init__`).
 
     @abstractmethod
     def load_scenario(self, rng: np.random.Generator, options: Mapping[str, Any]) -> Scenario:
         """Chooses the scenario from `options` (`task_id`, `split`) or else by `rng`."""
 
-    def call_tool(self, side: str, call: ToolCall) -> str:
-        """Executes a validated call of one of `side`'s tools; raise `ToolError` for a tool-level error."""
+    def interpret_action(self, side: str, action: Any) -> Any:
+        """The action as the conversation records it (text, a `Message`, a tool call), from whatever
+        the side's action space allows (e.g. an act index); raise `InvalidAction` to reject it."""
+        return action
+
+    def call_tool(self, side: str, call: ToolCall) -> str | ToolResult:
+        """Executes a validated call of one of `side`'s tools: its output, or a `ToolResult` when
+        the call also ends the conversation; raise `ToolError` for a tool-level error."""
         raise ToolError(f"'{call.name}' has no implementation in {type(self).__name__}")
+
+    def on_turn(self, side: str, message: Message) -> None:
+        """After a text turn joined the conversation, before `end_reason`: update the benchmark's
+        own state from it."""
 
     def end_reason(self, side: str, message: Message) -> str | None:
         """After a text turn: the reason the conversation ends by its own rules, or None."""
+        return None
+
+    def limit_reached(self) -> EpisodeEnd | None:
+        """A limit of the benchmark's own (e.g. wall time), checked after the built-in ones at
+        each step: the truncation it causes, or None."""
         return None
 
     @abstractmethod
     def compute_rewards(self, end: EpisodeEnd) -> dict[str, Reward]:
         """Each side's terminal reward, computed once when the episode ends (terminated or truncated)."""
 
+    def observe(self, side: str) -> Any:
+        """`side`'s observation: by default its view rendered as text."""
+        return render_view(self.views[side])
+
+    def side_info(self, side: str) -> dict[str, Any]:
+        """Entries the benchmark adds to `side`'s info at every step (e.g. an action mask)."""
+        return {}
+
     # ---- PettingZoo API ------------------------------------------------------------------------
 
-    def observation_space(self, agent: str) -> UnicodeText:
-        return self._observation_spaces[agent]
+    def observation_space(self, agent: str) -> Any:
+        return self.observation_spaces[agent]
 
-    def action_space(self, agent: str) -> UnicodeText:
-        return self._action_spaces[agent]
+    def action_space(self, agent: str) -> Any:
+        return self.action_spaces[agent]
 
     @property
     def np_random(self) -> np.random.Generator:
@@ -194,7 +240,7 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
         self.to_speak = scenario.first_speaker
         for side, text in scenario.opening:
             self._speak(side, Message("assistant", text))
-        return {side: self._observe(side) for side in SIDES}, {side: self._info(side) for side in SIDES}
+        return {side: self.observe(side) for side in SIDES}, {side: self._info(side) for side in SIDES}
 
     extra_options: ClassVar[tuple[str, ...]] = ()
 
@@ -210,6 +256,13 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
         if self.end is None:
             self._check_limits()
         return self._transition({speaker: event})
+
+    def take_turn(self, side: str, reply: Any) -> Transition:
+        """Applies what `side`'s policy produced: its reply is the side's action; a `PolicyError`
+        (the policy could not reply) ends the episode as a truncation, `policy_error`."""
+        if isinstance(reply, PolicyError):
+            return self.abort("policy_error", str(reply))
+        return self.step({side: reply})
 
     def abort(self, reason: str, detail: str = "") -> Transition:
         """Ends the running episode as a truncation, e.g. when a policy could not produce a reply."""
@@ -239,6 +292,11 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
         return self.scenario.tools.get(side, [])
 
     def _consume(self, speaker: str, action: Any) -> dict[str, Any]:
+        try:
+            action = self.interpret_action(speaker, action)
+        except InvalidAction as error:
+            self.errors += 1
+            return {"event": "invalid_action", "error": str(error)}
         parsed = parse_action(action)
         event: dict[str, Any] = {"warnings": list(parsed.warnings)} if parsed.warnings else {}
         if parsed.message is None:
@@ -247,6 +305,7 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
         message = parsed.message
         if not message.tool_calls:
             self._speak(speaker, message)
+            self.on_turn(speaker, message)
             reason = self.end_reason(speaker, message)
             if reason is not None:
                 self.end = EpisodeEnd(reason, terminated=True)
@@ -262,7 +321,9 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
         for index, call in enumerate(calls):
             error = parsed.call_errors.get(index) or self._check_call(speaker, call)
             if error is None:
-                output, error = self._execute(speaker, call)
+                output, error, ends = self._execute(speaker, call)
+                if ends is not None and self.end is None:
+                    self.end = EpisodeEnd(ends, terminated=True)
             else:
                 output = f"Error: {error}"
             if error is not None:
@@ -281,15 +342,20 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
             return f"unknown tool '{call.name}'. Available tools: {available}."
         return validate_arguments(schemas[call.name], call.args)
 
-    def _execute(self, side: str, call: ToolCall) -> tuple[str, str | None]:
+    def _execute(self, side: str, call: ToolCall) -> tuple[str, str | None, str | None]:
+        """The call's output, its error (or None) and the end reason it causes (or None)."""
         try:
             output = self.call_tool(side, call)
         except ToolError as error:
-            return f"Error: {error}", str(error)
+            return f"Error: {error}", str(error), None
         except Exception as error:  # a failing tool is the episode's problem, not the caller's crash
             message = f"tool '{call.name}' failed: {type(error).__name__}: {error}"
-            return f"Error: {message}", message
-        return output if isinstance(output, str) else json.dumps(output, ensure_ascii=False, default=str), None
+            return f"Error: {message}", message, None
+        ends = None
+        if isinstance(output, ToolResult):
+            output, ends = output.output, output.end_reason
+        text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False, default=str)
+        return text, None, ends
 
     def _speak(self, speaker: str, message: Message) -> None:
         """A text turn: the speaker's own view gets it as assistant, the other side's as user."""
@@ -315,6 +381,8 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
             )
         elif self.turns >= self.max_turns:
             self.end = EpisodeEnd("max_turns", terminated=False, detail=f"{self.turns} turns")
+        else:
+            self.end = self.limit_reached()
 
     def _transition(self, events: dict[str, dict[str, Any]]) -> Transition:
         rewards = dict.fromkeys(SIDES, 0.0)
@@ -326,7 +394,7 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
             rewards = {side: float(reward_info[side].value) for side in SIDES}
             self.to_speak = None
             self.agents = []
-        observations = {side: self._observe(side) for side in SIDES}
+        observations = {side: self.observe(side) for side in SIDES}
         infos = {side: self._info(side) for side in SIDES}
         for side, event in events.items():
             infos[side].update(copy.deepcopy(event))
@@ -343,9 +411,6 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
             self.render()
         return observations, rewards, terminated, truncated, infos
 
-    def _observe(self, side: str) -> str:
-        return render_view(self.views[side])
-
     def _info(self, side: str) -> dict[str, Any]:
         assert self.scenario is not None
         return {
@@ -356,4 +421,5 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
             "scenario": copy.deepcopy(self.scenario.metadata),
             "turn": self.turns,
             "errors": self.errors,
+            **self.side_info(side),
         }

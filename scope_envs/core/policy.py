@@ -1,43 +1,53 @@
-"""What an environment needs to know about the policies that play its sides.
+"""The chat-policy contract every layer shares: a stateless policy maps a view to a `Reply`.
 
-The simulator contract itself lives in `sims`; the environments only rely on this protocol,
-so `scope_envs` stays importable without `sims`' optional dependencies and never imports
-`baselines`. Spec strings such as `"scripted"` are resolved by `sims` on first use.
+A policy plays either side of a conversation: a user simulator, or an agent. It holds no
+conversation state (the env owns the conversation). Environments and their scripted players
+depend on this contract, simulator backends implement it, trainers wrap it.
+
+`Simulator` is the base class: implement `respond` or `arespond` (or both); the other and the
+batched forms are derived:
+
+* `respond` from `arespond` runs the coroutine to completion;
+* `arespond` from `respond` runs it in a worker thread;
+* `respond_batch` gathers `arespond` concurrently when the subclass has a native async form
+  (API clients), and otherwise answers one view after the other (local models override it with
+  real batched generation).
+
+Anything with a `respond(messages, tools=None, *, seed=None)` method is a policy (`ChatPolicy`);
+the base class only saves writing the other forms.
 """
 
 from __future__ import annotations
 
-import importlib
+import asyncio
+import threading
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
-import numpy as np
+from scope_envs.core.chat import Message, ToolCall, as_message
 
-if TYPE_CHECKING:
-    from scope_envs.core.dialogue import DialogueEnv
-
-
-MAX_SEED = 2**31 - 1
-
-
-def turn_seed(episode_seed: int, position: int) -> int:
-    """The seed a policy gets for the reply at `position` of an episode: stateless and reproducible."""
-    return int(np.random.SeedSequence([episode_seed, position]).generate_state(1)[0] % MAX_SEED)
+View = Sequence[Mapping[str, Any] | Message]
+Tools = Sequence[Mapping[str, Any]] | None
 
 
 class PolicyError(RuntimeError):
     """A policy could not produce a usable reply (after its own retries).
 
-    Views and batches turn it into a truncation of that episode (`end_reason == "policy_error"`)
-    instead of letting it end the whole run.
+    Views, batches and rollouts turn it into a truncation of that episode
+    (`end_reason == "policy_error"`) instead of letting it end the whole run.
     """
+
+
+class SimulatorError(PolicyError):
+    """A simulator backend could not produce a usable reply; a `PolicyError` like any other."""
 
 
 @runtime_checkable
 class ChatPolicy(Protocol):
     """Anything that answers a view: `respond(messages, tools=None, *, seed=None)`.
 
-    It returns text, a `Message`, or an object with `to_message()` (a `sims.Reply`).
+    It returns text, a `Message`, an OpenAI message dict, or a `Reply`.
     """
 
     def respond(
@@ -49,21 +59,140 @@ class ChatPolicy(Protocol):
     ) -> Any: ...
 
 
-def resolve_policy(policy: Any, *, env: DialogueEnv | None = None, side: str | None = None) -> ChatPolicy:
-    """A policy object from a spec string, a policy object, or a plain callable."""
-    from sims import as_simulator  # sims depends on scope_envs.core, so it is imported lazily
+@dataclass
+class Usage:
+    """Token usage and cost of one or more replies."""
 
-    return as_simulator(policy, env=env, side=side)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.cost_usd + other.cost_usd,
+        )
 
 
-def import_object(path: str) -> Any:
-    """The object named by `"package.module:attribute"`."""
-    module_name, _, attribute = path.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"expected 'module:attribute', got {path!r}")
-    return getattr(importlib.import_module(module_name), attribute)
+@dataclass
+class Reply:
+    """What a policy said: text and/or tool calls, and, for trainable local models, the
+    generated token ids with their sampling log-probabilities."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    usage: Usage | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_message(self) -> Message:
+        content = self.text if (self.text or not self.tool_calls) else None
+        return Message("assistant", content, tool_calls=tuple(self.tool_calls))
+
+    @classmethod
+    def coerce(cls, value: Any) -> Reply:
+        """A `Reply` from a `Reply`, text, a `Message` or an OpenAI message dict."""
+        if isinstance(value, Reply):
+            return value
+        if isinstance(value, str):
+            return cls(text=value)
+        if isinstance(value, (Message, Mapping)):
+            message = as_message(value)
+            return cls(text=message.text, tool_calls=message.tool_calls)
+        raise TypeError(f"a policy must reply with text, a Message or a Reply, got {type(value).__name__}")
+
+
+def batch_arguments(
+    batch: Sequence[Any], tools: Sequence[Tools] | None, seeds: Sequence[int | None] | None
+) -> tuple[list[Tools], list[int | None]]:
+    """Per-view tools and seeds (None means none for every view), checked to match the batch."""
+    tool_list = list(tools) if tools is not None else [None] * len(batch)
+    seed_list = list(seeds) if seeds is not None else [None] * len(batch)
+    if not (len(tool_list) == len(seed_list) == len(batch)):
+        raise ValueError("batch, tools and seeds must have the same length")
+    return tool_list, seed_list
+
+
+def as_messages(messages: View) -> list[Message]:
+    return [as_message(m) for m in messages]
+
+
+def run_sync(coroutine: Any) -> Any:
+    """Runs a coroutine to completion from synchronous code, even inside a running event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    result: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["value"] = asyncio.run(coroutine)
+        except BaseException as error:  # re-raised in the caller's thread
+            result["error"] = error
+
+    thread = threading.Thread(target=target, name="scope-run-sync")
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+class Simulator:
+    """Base class of chat policies; see the module docstring."""
+
+    #: True when the same view, tools and seed always give the same reply.
+    deterministic: bool = False
+    name: str = "simulator"
+
+    def respond(self, messages: View, tools: Tools = None, *, seed: int | None = None) -> Reply:
+        if type(self).arespond is Simulator.arespond:
+            raise NotImplementedError(f"{type(self).__name__} must implement respond() or arespond()")
+        return run_sync(self.arespond(messages, tools, seed=seed))
+
+    async def arespond(self, messages: View, tools: Tools = None, *, seed: int | None = None) -> Reply:
+        if type(self).respond is Simulator.respond:
+            raise NotImplementedError(f"{type(self).__name__} must implement respond() or arespond()")
+        return await asyncio.to_thread(self.respond, messages, tools, seed=seed)
+
+    def respond_batch(
+        self, batch: Sequence[View], tools: Sequence[Tools] | None = None, *, seeds: Sequence[int | None] | None = None
+    ) -> list[Reply]:
+        """One reply per view; `tools` and `seeds` are per view (or None for all)."""
+        tool_list, seed_list = batch_arguments(batch, tools, seeds)
+        if type(self).arespond is not Simulator.arespond:
+            return run_sync(self.arespond_batch(batch, tool_list, seeds=seed_list))
+        return [self.respond(m, t, seed=s) for m, t, s in zip(batch, tool_list, seed_list, strict=True)]
+
+    async def arespond_batch(
+        self, batch: Sequence[View], tools: Sequence[Tools] | None = None, *, seeds: Sequence[int | None] | None = None
+    ) -> list[Reply]:
+        tool_list, seed_list = batch_arguments(batch, tools, seeds)
+        return list(
+            await asyncio.gather(
+                *(self.arespond(m, t, seed=s) for m, t, s in zip(batch, tool_list, seed_list, strict=True))
+            )
+        )
+
+    def close(self) -> None:
+        """Releases clients or models; the default holds nothing."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
 
 
 def is_deterministic(policy: Any) -> bool:
     """True when the policy declares that the same view and seed always give the same reply."""
     return bool(getattr(policy, "deterministic", False))
+
+
+def reply_or_error(policy: Any, messages: Any, tools: Any, seed: int | None) -> Any:
+    """The policy's reply to one view, or the `PolicyError` it raised (an episode's failure,
+    not the caller's)."""
+    try:
+        return policy.respond(messages, tools or None, seed=seed)
+    except PolicyError as error:
+        return error

@@ -1,11 +1,25 @@
-"""Registers a `DialogueEnv` under Gymnasium ids `scope/<Name>-v0` (agent view) and `scope/<Name>-User-v0`."""
+"""The registry of dialogue environments: Gymnasium ids, and what each benchmark declares.
+
+`register_dialogue_env` registers a `DialogueEnv` under `scope/<Name>-v0` (agent view) and
+`scope/<Name>-User-v0` (user view), and records what generic layers may ask of the benchmark
+without naming it: its fast vector rollout (`rollout`, like Gymnasium's `vector_entry_point`), its
+dialogue rules (`reply_rules`) and its own policy spec backends (`policies`). Everything is given
+as `"module:attribute"` strings and imported on first use, so registering costs no import.
+
+`find_env` is the one lookup of an environment by name or id.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import gymnasium as gym
+
+from scope_envs.core.rules import ReplyRule
+from scope_envs.core.specs import import_object, register_policy_backend
 
 NAMESPACE = "scope"
 
@@ -15,6 +29,9 @@ class DialogueEnvInfo:
     name: str
     entry_point: str  # "module:Class" of the DialogueEnv
     description: str
+    rollout: str | None = None  # "module:function" of a vectorized rollout (see scope_envs.core.rollout)
+    reply_rules: str | None = None  # "module:attribute" of a sequence of `ReplyRule`
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def agent_id(self) -> str:
@@ -24,17 +41,39 @@ class DialogueEnvInfo:
     def user_id(self) -> str:
         return f"{NAMESPACE}/{self.name}-User-v0"
 
+    def env_class(self) -> type:
+        return import_object(self.entry_point)
+
+    def make(self, **kwargs: Any) -> Any:
+        """A new instance of the env, with the registered defaults under `kwargs`."""
+        return self.env_class()(**{**self.kwargs, **kwargs})
+
+    def rollout_function(self) -> Any:
+        """The benchmark's vectorized rollout, or None: rollouts then play chat episodes."""
+        return import_object(self.rollout) if self.rollout else None
+
 
 REGISTERED: dict[str, DialogueEnvInfo] = {}
 
 
-def register_dialogue_env(name: str, entry_point: str, description: str, **kwargs: Any) -> DialogueEnvInfo:
+def register_dialogue_env(
+    name: str,
+    entry_point: str,
+    description: str,
+    *,
+    rollout: str | None = None,
+    reply_rules: str | None = None,
+    policies: Mapping[str, str] | None = None,
+    **kwargs: Any,
+) -> DialogueEnvInfo:
     """Registers both views of the `DialogueEnv` at `entry_point`; `kwargs` are its defaults.
 
-    Both are registered as nondeterministic, as their partner is usually a language model; a
-    view whose partner declares itself deterministic (scripted) reports itself deterministic.
+    `policies` maps spec backend names the benchmark provides (e.g. its simulator families) to
+    `"module:factory"`. Both views are registered as nondeterministic, as their partner is usually
+    a language model; a view whose partner declares itself deterministic (scripted) reports itself
+    deterministic.
     """
-    info = DialogueEnvInfo(name, entry_point, description)
+    info = DialogueEnvInfo(name, entry_point, description, rollout, reply_rules, dict(kwargs))
     for env_id, view in ((info.agent_id, "AgentView"), (info.user_id, "UserView")):
         if env_id in gym.registry:
             del gym.registry[env_id]  # re-registration on module reload replaces, not warns
@@ -44,5 +83,30 @@ def register_dialogue_env(name: str, entry_point: str, description: str, **kwarg
             kwargs={"env": entry_point, **kwargs},
             nondeterministic=True,
         )
+    for backend, factory in (policies or {}).items():
+        register_policy_backend(backend, factory)
     REGISTERED[name] = info
+    _load_rules.cache_clear()
     return info
+
+
+def find_env(name: str) -> DialogueEnvInfo:
+    """A registered env by name (`Name`) or Gymnasium id (`scope/Name-v0`, `scope/Name-User-v0`,
+    `scope_envs:scope/Name-v0`)."""
+    if not isinstance(name, str):
+        raise TypeError(f"an environment is named by a string, got {type(name).__name__}")
+    bare = name.rpartition(":")[2].removeprefix(f"{NAMESPACE}/").removesuffix("-v0").removesuffix("-User")
+    if bare not in REGISTERED:
+        known = ", ".join(REGISTERED) or "none"
+        raise ValueError(f"unknown environment {name!r}; registered: {known} (`scope envs` lists them)")
+    return REGISTERED[bare]
+
+
+def reply_rules_for(system_prompt: str) -> list[str]:
+    """The rules of every registered benchmark that apply to a view with this system prompt."""
+    return [rule.rule for rule in _load_rules() if rule.applies_to(system_prompt)]
+
+
+@cache
+def _load_rules() -> tuple[ReplyRule, ...]:
+    return tuple(rule for info in REGISTERED.values() if info.reply_rules for rule in import_object(info.reply_rules))

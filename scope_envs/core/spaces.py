@@ -18,7 +18,7 @@ from gymnasium.spaces import Text
 _SAMPLE_WORDS = (
     "hello hi thanks please yes no maybe sure sorry okay I you we they can could would will "
     "help need want like know think tell ask order book flight cancel change refund price "
-    "money donate charity children today tomorrow now later why how what when where which "
+    "money give charity children today tomorrow now later why how what when where which "
     "really great good bad fine not very much more less about with for from to the a an "
     "is are was be do does did have has my your our this that it and but or so because"
 ).split()

@@ -19,19 +19,28 @@ import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
 from scope_envs.core.dialogue import AGENT, SIDES, USER, DialogueEnv, Transition, other_side
-from scope_envs.core.policy import MAX_SEED, PolicyError, import_object, is_deterministic, resolve_policy, turn_seed
+from scope_envs.core.policy import is_deterministic, reply_or_error
+from scope_envs.core.registration import find_env
+from scope_envs.core.seeding import MAX_SEED, derive_seed
+from scope_envs.core.specs import import_object, resolve_policy
 
 EnvSource = DialogueEnv | str | Callable[..., DialogueEnv]
 StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 
 
 def build_env(env: EnvSource, **env_kwargs: Any) -> DialogueEnv:
-    """A `DialogueEnv` from an instance, an import path (`"module:Class"`) or a factory."""
+    """A `DialogueEnv` from an instance, a registered name or id (`"Name"`, `"scope/Name-v0"`), an
+    import path (`"module:Class"`) or a factory."""
     if isinstance(env, DialogueEnv):
         if env_kwargs:
             raise TypeError(f"keyword arguments {sorted(env_kwargs)} cannot be applied to an env instance")
         return env
-    factory = import_object(env) if isinstance(env, str) else env
+    if isinstance(env, str) and "/" not in env.partition(":")[2] and ":" in env:
+        factory = import_object(env)
+    elif isinstance(env, str):
+        return find_env(env).make(**env_kwargs)
+    else:
+        factory = env
     built = factory(**env_kwargs)
     if not isinstance(built, DialogueEnv):
         raise TypeError(f"{env!r} built a {type(built).__name__}, not a DialogueEnv")
@@ -110,13 +119,9 @@ class DialogueView(gym.Env[str, Any]):
         partner_errors: list[str] = []
         while self.dialogue.end is None and self.dialogue.to_speak == self.partner_side:
             view = transition[4][self.partner_side]
-            seed = turn_seed(self._episode_seed, len(self.dialogue.log))
-            try:
-                reply = self.partner.respond(view["messages"], view["tools"] or None, seed=seed)
-            except PolicyError as error:
-                transition = self.dialogue.abort("policy_error", str(error))
-                break
-            transition = self.dialogue.step({self.partner_side: reply, self.side: ""})
+            seed = derive_seed(self._episode_seed, len(self.dialogue.log))
+            reply = reply_or_error(self.partner, view["messages"], view["tools"], seed)
+            transition = self.dialogue.take_turn(self.partner_side, reply)
             partner_errors.extend(_errors_of(transition[4][self.partner_side]))
         observations, rewards, terminations, truncations, infos = transition
         info = infos[self.side]

@@ -20,14 +20,22 @@ from typing import Any
 import numpy as np
 
 from scope_envs.core.chat import Message
-from scope_envs.core.dialogue import AGENT, USER, DialogueEnv, EpisodeEnd, Reward, Scenario, user_reward_from
+from scope_envs.core.dialogue import (
+    AGENT,
+    USER,
+    USER_REWARDS,
+    DialogueEnv,
+    EpisodeEnd,
+    Reward,
+    Scenario,
+    user_reward_from,
+)
 from scope_envs.p4g.corpus import CorpusNotFoundError, locate_corpus, read_pairs
 from scope_envs.p4g.donation import MAX_DONATION, final_donation, parse_donation
 from scope_envs.p4g.personas import PersonaPair, synthetic_pairs
 from scope_envs.p4g.prompts import DONE_MARKER, persuadee_prompt, persuader_prompt
 
 TERMINATION_MODES = ("eager", "wait")
-USER_REWARDS = ("adversarial", "cooperative")
 
 
 @lru_cache(maxsize=8)
@@ -66,7 +74,10 @@ class P4GEnv(DialogueEnv):
     """Persuasion for Good; see the module docstring and docs/envs/p4g.md."""
 
     metadata = {**DialogueEnv.metadata, "name": "p4g_v0"}  # noqa: RUF012
-    scripted_policies = {"user": "sims.p4g:ScriptedPersuadee", "agent": "sims.p4g:ScriptedPersuader"}  # noqa: RUF012
+    scripted_policies = {  # noqa: RUF012
+        "user": "scope_envs.p4g.scripted:ScriptedPersuadee",
+        "agent": "scope_envs.p4g.scripted:ScriptedPersuader",
+    }
 
     def __init__(
         self,

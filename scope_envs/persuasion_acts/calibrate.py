@@ -5,8 +5,9 @@
 Reads `300_dialog.xlsx` (per-sentence act labels of 300 dialogues), `300_info.xlsx` (donations)
 and `full_info.csv` (personas), turns every persuader turn and the persuadee turn answering it
 into one event (the persuader's act, the features of the moment, the persuadee's reply act), and
-fits the masked softmax regression of `model.py` by maximum likelihood with a small ridge. The
-result is the package's `reference.json`; the testbed needs no data to run.
+fits the masked softmax regression of `model.py` by maximum likelihood with a small ridge (L-BFGS
+to convergence: the objective is strictly convex). The result is the package's
+`reference.json`; the testbed needs no data to run.
 
 Label mapping: a turn's act is its most decisive label (an amount request, then a proposition,
 then the first strategy, then greeting or closing); non-task labels (thanks, praise, off-task)
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scope_envs.core.sampling import log_softmax
 from scope_envs.persuasion_acts.acts import (
     AGREE,
     AMOUNTS,
@@ -46,7 +48,6 @@ from scope_envs.persuasion_acts.model import (
     REFERENCE_PATH,
     USER_FEATURES,
     count_reactions,
-    log_softmax,
     reply_mask,
     user_features,
 )
@@ -166,20 +167,40 @@ def read_events(data: Path, personas: dict[str, np.ndarray]) -> tuple[np.ndarray
     return features, reply, reply_mask(acts)
 
 
-def fit(features: np.ndarray, reply: np.ndarray, mask: np.ndarray, steps: int = 4000) -> tuple[np.ndarray, float]:
-    """Masked softmax regression by full-batch Adam on the mean negative log-likelihood plus a ridge."""
+def objective(
+    weights: np.ndarray, features: np.ndarray, reply: np.ndarray, mask: np.ndarray
+) -> tuple[float, np.ndarray]:
+    """The documented likelihood's objective and its gradient: the mean negative log-likelihood of
+    the replies under the masked softmax `softmax(W x)`, plus the ridge `RIDGE / (2 n) * |W|^2`."""
     n = len(reply)
-    weights = np.zeros((len(PERSUADEE_ACTS), features.shape[1]))
-    first, second = np.zeros_like(weights), np.zeros_like(weights)
-    onehot = np.eye(len(PERSUADEE_ACTS))[reply]
-    for step in range(1, steps + 1):
-        logp = log_softmax(features @ weights.T, mask)
-        gradient = (np.where(mask, np.exp(logp), 0.0) - onehot).T @ features / n + RIDGE * weights / n
-        first = 0.9 * first + 0.1 * gradient
-        second = 0.999 * second + 0.001 * gradient**2
-        weights -= 0.05 * (first / (1 - 0.9**step)) / (np.sqrt(second / (1 - 0.999**step)) + 1e-8)
     logp = log_softmax(features @ weights.T, mask)
-    return weights, float(logp[np.arange(n), reply].mean())
+    onehot = np.eye(len(PERSUADEE_ACTS))[reply]
+    value = -logp[np.arange(n), reply].mean() + RIDGE / (2 * n) * float((weights**2).sum())
+    gradient = (np.where(mask, np.exp(logp), 0.0) - onehot).T @ features / n + RIDGE * weights / n
+    return float(value), gradient
+
+
+def fit(
+    features: np.ndarray, reply: np.ndarray, mask: np.ndarray, *, tolerance: float = 1e-8
+) -> tuple[np.ndarray, float]:
+    """Minimises `objective` (strictly convex: one optimum) with L-BFGS until no gradient component
+    exceeds `tolerance`; the weights and the mean log-likelihood they reach."""
+    from scipy.optimize import minimize
+
+    shape = (len(PERSUADEE_ACTS), features.shape[1])
+
+    def flat(weights: np.ndarray) -> tuple[float, np.ndarray]:
+        value, gradient = objective(weights.reshape(shape), features, reply, mask)
+        return value, gradient.ravel()
+
+    options = {"gtol": tolerance, "ftol": 0.0, "maxiter": 20_000}
+    result = minimize(flat, np.zeros(shape).ravel(), jac=True, method="L-BFGS-B", options=options)
+    weights = result.x.reshape(shape)
+    largest = float(np.abs(objective(weights, features, reply, mask)[1]).max())
+    if largest > 10 * tolerance:
+        raise RuntimeError(f"calibration did not converge: gradient {largest:.2e} ({result.message})")
+    logp = log_softmax(features @ weights.T, mask)
+    return weights, float(logp[np.arange(len(reply)), reply].mean())
 
 
 def sha256(path: Path) -> str:

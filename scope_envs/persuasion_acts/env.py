@@ -19,10 +19,19 @@ from gymnasium import spaces
 
 from scope_envs.core.actions import parse_action
 from scope_envs.core.chat import Message
-from scope_envs.core.dialogue import AGENT, USER, DialogueEnv, EpisodeEnd, Reward, Scenario, user_reward_from
+from scope_envs.core.dialogue import (
+    AGENT,
+    USER,
+    USER_REWARDS,
+    DialogueEnv,
+    EpisodeEnd,
+    InvalidAction,
+    Reward,
+    Scenario,
+    user_reward_from,
+)
 from scope_envs.core.render import render_view
 from scope_envs.core.spaces import UnicodeText
-from scope_envs.p4g.env import USER_REWARDS
 from scope_envs.persuasion_acts.acts import PERSUADEE_ACTS, PERSUADER_ACTS, act_text, parse_act
 from scope_envs.persuasion_acts.engine import ActsBatch
 from scope_envs.persuasion_acts.model import (
@@ -87,8 +96,10 @@ class PersuasionActsEnv(DialogueEnv):
     """See the module docstring and docs/envs/persuasion_acts.md."""
 
     metadata = {**DialogueEnv.metadata, "name": "persuasion_acts_v0"}  # noqa: RUF012
-    scripted_policies = {"user": "sims.persuasion_acts:ActFamily", "agent": "sims.persuasion_acts:ScriptedPersuader"}  # noqa: RUF012
-    vectorized = True  # the trainer steps `ActsBatch` directly
+    scripted_policies = {  # noqa: RUF012
+        "user": "scope_envs.persuasion_acts.simulators:ActFamily",
+        "agent": "scope_envs.persuasion_acts.simulators:ScriptedPersuader",
+    }
 
     def __init__(self, *, exchanges: int = HORIZON, user_reward: str = "adversarial", **kwargs: Any) -> None:
         if user_reward not in USER_REWARDS:
@@ -103,7 +114,7 @@ class PersuasionActsEnv(DialogueEnv):
         self.reference = load_reference()
         self.personas = {split: self.reference.personas(split, n) for split, n in PERSONAS_PER_SPLIT.items()}
         width = {AGENT: len(AGENT_FEATURES), USER: len(USER_FEATURES)}
-        self._observation_spaces = {
+        self.observation_spaces = {
             side: spaces.Dict(
                 {
                     "features": spaces.Box(-PERSONA_LIMIT, PERSONA_LIMIT, (width[side],), np.float32),
@@ -112,7 +123,7 @@ class PersuasionActsEnv(DialogueEnv):
             )
             for side in (AGENT, USER)
         }
-        self._action_spaces = {side: spaces.Discrete(len(ACTS[side])) for side in (AGENT, USER)}
+        self.action_spaces = {side: spaces.Discrete(len(ACTS[side])) for side in (AGENT, USER)}
         self.batch = ActsBatch(np.zeros((1, len(PERSONA_TRAITS))), exchanges)
 
     def task_ids(self, split: str = "train") -> list[str]:
@@ -150,17 +161,18 @@ class PersuasionActsEnv(DialogueEnv):
             return np.ones(len(PERSUADER_ACTS), np.int8)
         return self.batch.user_features(np.array([0]))[1][0].astype(np.int8)
 
-    def _consume(self, speaker: str, action: Any) -> dict[str, Any]:
-        act = self._act(speaker, action)
-        if isinstance(act, str):
-            self.errors += 1
-            return {"event": "invalid_action", "error": act}
-        step = self.batch.step_agent if speaker == AGENT else self.batch.step_user
-        step(np.array([0]), np.array([act]))
-        return super()._consume(speaker, act_text(ACTS[speaker], act))
+    def interpret_action(self, side: str, action: Any) -> str:
+        """The act's canonical text, from an act index or any text that names an allowed act."""
+        return act_text(ACTS[side], self._act(side, action))
 
-    def _act(self, speaker: str, action: Any) -> int | str:
-        """The act index, or why the action is not one."""
+    def on_turn(self, side: str, message: Message) -> None:
+        act = parse_act(ACTS[side], message.text)
+        assert act is not None, "interpret_action only lets acts through"
+        step = self.batch.step_agent if side == AGENT else self.batch.step_user
+        step(np.array([0]), np.array([act]))
+
+    def _act(self, speaker: str, action: Any) -> int:
+        """The act index; `InvalidAction` says why the action is not one."""
         acts = ACTS[speaker]
         if isinstance(action, (int, np.integer)) and not isinstance(action, bool):
             act: int | None = int(action) if 0 <= int(action) < len(acts) else None
@@ -168,9 +180,13 @@ class PersuasionActsEnv(DialogueEnv):
             message = parse_action(action).message
             act = parse_act(acts, message.text) if message is not None and not message.tool_calls else None
         if act is None:
-            return f"not a {speaker} act: give an index 0..{len(acts) - 1} or name one of: {', '.join(acts)}"
+            raise InvalidAction(
+                f"not a {speaker} act: give an index 0..{len(acts) - 1} or name one of: {', '.join(acts)}"
+            )
         if not self.allowed(speaker)[act]:
-            return f"'{acts[act]}' is not allowed now: donation decisions answer a proposition or an amount request"
+            raise InvalidAction(
+                f"'{acts[act]}' is not allowed now: donation decisions answer a proposition or an amount request"
+            )
         return act
 
     def end_reason(self, side: str, message: Message) -> str | None:
@@ -187,15 +203,15 @@ class PersuasionActsEnv(DialogueEnv):
 
     # ---- observations ---------------------------------------------------------------------------
 
-    def _observe(self, side: str) -> dict[str, Any]:  # type: ignore[override]
+    def observe(self, side: str) -> dict[str, Any]:
         if side == AGENT:
             features = self.batch.agent_features(np.array([0]))[0]
         else:
             features = self.batch.user_features(np.array([0]))[0][0]
         return {"features": features.astype(np.float32), "text": render_view(self.views[side])}
 
-    def _info(self, side: str) -> dict[str, Any]:
-        return {**super()._info(side), "action_mask": self.allowed(side)}
+    def side_info(self, side: str) -> dict[str, Any]:
+        return {"action_mask": self.allowed(side)}
 
 
 def parallel_env(**kwargs: Any) -> PersuasionActsEnv:

@@ -94,13 +94,6 @@ def count_reactions(reply: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.isin(reply, (POSITIVE, AGREE)), np.isin(reply, (NEGATIVE, DISAGREE))
 
 
-def log_softmax(logits: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-    if mask is not None:
-        logits = np.where(mask, logits, -np.inf)
-    top = logits.max(axis=-1, keepdims=True)
-    return logits - top - np.log(np.exp(logits - top).sum(axis=-1, keepdims=True))
-
-
 @dataclass(frozen=True)
 class Reference:
     """The fitted table: shared reply weights and the persona distribution."""

@@ -19,7 +19,17 @@ from typing import Any
 import numpy as np
 
 from scope_envs.core.chat import Message, ToolCall
-from scope_envs.core.dialogue import AGENT, USER, DialogueEnv, EpisodeEnd, Reward, Scenario, user_reward_from
+from scope_envs.core.dialogue import (
+    AGENT,
+    USER,
+    USER_REWARDS,
+    DialogueEnv,
+    EpisodeEnd,
+    Reward,
+    Scenario,
+    ToolResult,
+    user_reward_from,
+)
 from scope_envs.core.tools import ToolError
 from scope_envs.tau2.domain import Tau2Domain, load_domain
 from scope_envs.tau2.prompts import (
@@ -35,7 +45,6 @@ from scope_envs.tau2.prompts import (
 from scope_envs.tau2.reward import Evaluation, evaluate
 from scope_envs.tau2.trajectory import to_tau2_messages
 
-USER_REWARDS = ("cooperative", "adversarial")
 USER_END_TOKENS = ((USER_STOP, "user_stop"), (USER_TRANSFER, "user_transfer"), (USER_OUT_OF_SCOPE, "user_out_of_scope"))
 
 
@@ -43,7 +52,10 @@ class Tau2Env(DialogueEnv):
     """A tau2-bench domain; see the module docstring and docs/envs/tau2.md."""
 
     metadata = {**DialogueEnv.metadata, "name": "tau2_v0"}  # noqa: RUF012
-    scripted_policies = {"user": "sims.tau2:ScriptedTau2User", "agent": "sims.tau2:GoldActionsAgent"}  # noqa: RUF012
+    scripted_policies = {  # noqa: RUF012
+        "user": "scope_envs.tau2.scripted:ScriptedTau2User",
+        "agent": "scope_envs.tau2.scripted:GoldActionsAgent",
+    }
     default_domain: str | None = None
 
     def __init__(
@@ -132,7 +144,7 @@ class Tau2Env(DialogueEnv):
 
     # ---- tools and turns ----------------------------------------------------------------------
 
-    def call_tool(self, side: str, call: ToolCall) -> str:
+    def call_tool(self, side: str, call: ToolCall) -> str | ToolResult:
         from tau2.data_model.message import ToolCall as Tau2ToolCall
 
         tau2_call = Tau2ToolCall(id=call.id, name=call.name, arguments=call.args, requestor="assistant")
@@ -140,8 +152,8 @@ class Tau2Env(DialogueEnv):
         self.executed_calls.append(tau2_call)
         if response.error:
             raise ToolError(response.content.removeprefix("Error: "))
-        if call.name == TRANSFER_TOOL and self.end_on_transfer and self.end is None:
-            self.end = EpisodeEnd("agent_transfer", terminated=True)
+        if call.name == TRANSFER_TOOL and self.end_on_transfer:
+            return ToolResult(response.content, end_reason="agent_transfer")
         return response.content
 
     def end_reason(self, side: str, message: Message) -> str | None:

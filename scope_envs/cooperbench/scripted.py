@@ -21,7 +21,7 @@ from scope_envs.cooperbench.dataset import DatasetNotFoundError, load_task, loca
 from scope_envs.cooperbench.patches import filter_test_files, parse_hunks, split_patch
 from scope_envs.core.chat import Message, ToolCall
 from scope_envs.core.policy import PolicyError
-from sims.scripted import ScriptedSimulator
+from scope_envs.core.scripted import ScriptedSimulator
 
 EDIT_TOOLS = frozenset({"write_file", "replace_in_file", "run_command"})
 TASK = re.compile(r"^Task: (\S+)$", re.MULTILINE)

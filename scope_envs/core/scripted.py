@@ -1,4 +1,8 @@
-"""Rule-based policies: `ScriptedSimulator` (deterministic given a seed) and `FunctionSimulator`."""
+"""Rule-based policies: `ScriptedSimulator` (deterministic given a seed) and `FunctionSimulator`.
+
+Every benchmark's scripted players subclass `ScriptedSimulator`; they live in the benchmark's own
+folder and are named in its env's `scripted_policies`, which the spec `"scripted"` builds.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from scope_envs.core.chat import Message
-from sims.base import Reply, Simulator, Tools, View, as_messages
+from scope_envs.core.policy import Reply, Simulator, Tools, View, as_messages
 
 
 def view_digest(messages: Sequence[Message]) -> int:

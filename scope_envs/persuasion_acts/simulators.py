@@ -20,20 +20,11 @@ from typing import Any
 import numpy as np
 
 from scope_envs.core.chat import Message
+from scope_envs.core.sampling import gumbel, log_softmax, sample_rows
+from scope_envs.core.scripted import ScriptedSimulator
 from scope_envs.persuasion_acts.acts import CLOSING, PERSUADEE_ACTS, PERSUADER_ACTS, STRATEGIES, act_text
 from scope_envs.persuasion_acts.env import replay
-from scope_envs.persuasion_acts.model import AGENT_FEATURES, HORIZON, load_reference, log_softmax
-from sims.scripted import ScriptedSimulator
-
-
-def sample_rows(logp: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """One draw per row of `[N, K]` log-probabilities (Gumbel-max), and the log-probability of each."""
-    drawn = np.argmax(logp + gumbel(rng, logp.shape), axis=1)
-    return drawn, logp[np.arange(len(drawn)), drawn]
-
-
-def gumbel(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    return -np.log(-np.log(rng.uniform(1e-12, 1.0, shape)))
+from scope_envs.persuasion_acts.model import AGENT_FEATURES, HORIZON, load_reference
 
 
 class ActFamily(ScriptedSimulator):
@@ -51,6 +42,13 @@ class ActFamily(ScriptedSimulator):
 
     def verbalized(self, k: int) -> ActFamily:
         return ActFamily(self.family, self.gamma, spread=self.spread, k=k)
+
+    def linear_weights(self) -> np.ndarray:
+        """`W` such that plain sampling draws from `softmax(W x)` over the allowed replies: a linear
+        policy initialised with it starts as exactly this simulator (`gamma * W_f`)."""
+        if self.k is not None:
+            raise ValueError(f"{self.name}: Verbalized Sampling is not a linear policy; drop the /vs option")
+        return self.gamma * self.weights
 
     def log_reference(self, features: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """`log p_ref(reply | features)` of this family, `[N, replies]`."""

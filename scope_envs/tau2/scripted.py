@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from scope_envs.core.chat import Message, ToolCall, tool_name
+from scope_envs.core.scripted import ScriptedSimulator
 from scope_envs.tau2.prompts import TRANSFER_TOOL, USER_STOP, USER_TRANSFER
-from sims.scripted import ScriptedSimulator
 
 MAX_USER_TURNS = 10
 ANYTHING_ELSE = "Is there anything else I can help you with?"

@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 
 from scope_envs.core.chat import Message
+from scope_envs.core.scripted import ScriptedSimulator
 from scope_envs.p4g.donation import MAX_DONATION, parse_donation
 from scope_envs.p4g.personas import parse_persona_block
 from scope_envs.p4g.prompts import DONE_MARKER
-from sims.scripted import ScriptedSimulator
 
 # Cues of the ten P4G persuasion strategies (Wang et al. 2019, Table 2), matched in persuader turns.
 STRATEGY_CUES: dict[str, tuple[str, ...]] = {

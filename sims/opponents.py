@@ -1,0 +1,82 @@
+"""Opponents: who plays the other side of each rollout group.
+
+A GRPO group is G episodes of one scenario against one simulator checkpoint, so the choice is
+made once per group: `pick(step, group)` returns a label (stable across a resumed run, used in
+metrics and as the key of per-simulator baselines) and the policy that plays every episode of the
+group. The kinds:
+
+* `Ensemble`: fixed simulators, one per group, round-robin or a seeded choice (one member: a
+  single fixed simulator; wrap members in Verbalized Sampling for the VS method);
+* `Live`: the co-trained simulator itself, in every group;
+* `Population`: the live simulator or one of its recent snapshots, drawn per group from a FIFO
+  `CheckpointPool`, whose `sample` makes the draw and whose `load` turns a snapshot into a policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from scope_envs.core.specs import resolve_policy
+from sims.pool import CheckpointPool
+
+LIVE = "live"
+
+
+class Opponents(Protocol):
+    def pick(self, step: int, group: int) -> tuple[str, Any]:
+        """The label and the policy of the player of group `group` at training step `step`."""
+        ...
+
+
+class Ensemble:
+    """Picks the simulator of each rollout group; members may be specs, simulators or callables."""
+
+    def __init__(self, members: Sequence[Any], *, mode: str = "round_robin", seed: int = 0) -> None:
+        if not members:
+            raise ValueError("an ensemble needs at least one simulator")
+        if mode not in {"round_robin", "random"}:
+            raise ValueError(f"mode must be 'round_robin' or 'random', got {mode!r}")
+        self.members = [resolve_policy(m) for m in members]
+        self.mode = mode
+        self.seed = seed
+
+    def index_for(self, group: int) -> int:
+        if self.mode == "round_robin":
+            return group % len(self.members)
+        return int(np.random.default_rng([self.seed, group]).integers(len(self.members)))
+
+    def pick(self, step: int, group: int) -> tuple[str, Any]:
+        index = self.index_for(group)
+        return f"simulator{index}", self.members[index]
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+
+class Live:
+    """The live co-trained simulator plays every group."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+
+    def pick(self, step: int, group: int) -> tuple[str, Any]:
+        return LIVE, self.policy
+
+
+class Population:
+    """The live simulator or a pool snapshot per group, drawn by the pool from a seeded stream
+    of (seed, step, group): a resumed run replays the same draws."""
+
+    def __init__(self, pool: CheckpointPool, live: Any, *, seed: int = 0) -> None:
+        self.pool = pool
+        self.live = live
+        self.seed = seed
+
+    def pick(self, step: int, group: int) -> tuple[str, Any]:
+        member = self.pool.sample(np.random.default_rng([self.seed, step, group, 7]), include_live=True)
+        if member is None:
+            return LIVE, self.live
+        return f"snapshot@{member.step}", self.pool.load(member)
