@@ -85,7 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a YAML config file, or the name of one a benchmark ships",
     )
     train.add_argument("overrides", nargs="*", help="key=value settings that override the config")
-    train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
+    train.add_argument("--resume", action="store_true", help="continue from the newest intact checkpoint in output_dir")
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start over in an output_dir that holds another run, deleting its checkpoints, metrics and pool",
+    )
 
     evaluate = commands.add_parser("eval", help="held-out success of the latest checkpoint of a run")
     evaluate.add_argument("config", help="the run's YAML config")
@@ -161,7 +166,10 @@ def _train(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(error, file=sys.stderr)
         return 2
-    history = Trainer(config).run(resume=args.resume)
+    try:
+        history = Trainer(config).run(resume=args.resume, overwrite=args.overwrite)
+    except _run_stoppers() as error:
+        return _stopped("scope train", error)
     last = history[-1] if history else {}
     print(
         f"run: {config.output_dir}  steps: {len(history)}  final reward: {last.get('reward_mean', float('nan')):.3f}  "
@@ -176,11 +184,31 @@ def _eval(args: argparse.Namespace) -> int:
     from baselines.trainer import Trainer
 
     path, overrides = _split_overrides(args.config, args.overrides)
-    trainer = Trainer(load_config(path, overrides))
-    if not trainer.resume():
-        print(f"no checkpoint in {trainer.checkpoints}; evaluating the initial policy", file=sys.stderr)
-    print(json.dumps({"step": trainer.step, **trainer.evaluate(trainer.step)}))
+    try:
+        trainer = Trainer(load_config(path, overrides))
+        if not trainer.resume():
+            print(f"no checkpoint in {trainer.checkpoints}; evaluating the initial policy", file=sys.stderr)
+        print(json.dumps({"step": trainer.step, **trainer.evaluate(trainer.step)}))
+    except _run_stoppers() as error:
+        return _stopped("scope eval", error)
     return 0
+
+
+def _run_stoppers() -> tuple[type[Exception], ...]:
+    """What stops a run with a one-line message instead of a traceback: the trainer's refusals, a
+    fatal simulator error (a rejected key, an unknown model), and a policy error outside any
+    episode (a simulator that cannot even be built, e.g. without an API key)."""
+    from baselines.trainer import RunError
+    from scope_envs.core.policy import FatalPolicyError, PolicyError
+
+    return (RunError, FatalPolicyError, PolicyError)
+
+
+def _stopped(command: str, error: Exception) -> int:
+    """A run that could not start or go on: one line saying why (secrets never reach it: the API
+    backends redact their errors), and a non-zero exit status."""
+    print(f"{command}: {' '.join(str(error).split())}", file=sys.stderr)
+    return 1
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -13,12 +13,13 @@ import yaml
 from baselines.advantages import ESTIMATORS
 from baselines.loss import AGGREGATIONS
 from baselines.policy import language_model_of
+from sims.pool import SAMPLING
 
 METHODS = ("single", "ensemble", "vs", "cotrain", "population")
 SIMULATOR_REWARDS = ("adversarial", "cooperative", "curriculum")
 # population: each group's simulator drawn uniformly from the pool snapshots and the live one, or
 # always the latest of them (the live simulator)
-POOL_SAMPLING = ("uniform", "latest")
+POOL_SAMPLING = SAMPLING
 
 
 @dataclass
@@ -71,6 +72,9 @@ class TrainConfig:
     eval_samples: int = 1
     checkpoint_every: int = 5
     keep_checkpoints: int = 2
+    # a training step in which more than this share of episodes ended in `policy_error` (a policy
+    # could not reply) stops the run: a broken simulator must not pass for a reward of 0
+    max_failed_episode_share: float = 0.5
     tensorboard: bool = True
     wandb: bool = False
     wandb_project: str = "scope"
@@ -116,9 +120,12 @@ class TrainConfig:
             "micro_batch",
             "eval_tasks",
             "eval_samples",
+            "keep_checkpoints",
         ):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be at least 1")
+        if not 0.0 <= self.max_failed_episode_share <= 1.0:
+            problems.append(f"max_failed_episode_share must be in [0, 1], got {self.max_failed_episode_share}")
         if self.group_size < 2 and self.advantage in {"grpo", "dr_grpo"}:
             problems.append("group advantages need group_size >= 2")
         if problems:
@@ -140,8 +147,8 @@ def shipped_configs(kind: str = "configs") -> list[Path]:
 def find_config(name: str | Path, kind: str = "configs") -> Path:
     """A config file: a path, or the name of a shipped one (`NAME` or `NAME.yaml`)."""
     path = Path(name)
-    if path.is_file():
-        return path
+    if path.is_file() or len(path.parts) > 1:
+        return path  # a path is never mistaken for a shipped config of the same file name
     shipped = shipped_configs(kind)
     matches = [config for config in shipped if config.stem == path.name.removesuffix(".yaml")]
     if len(matches) != 1:

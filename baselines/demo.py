@@ -152,7 +152,7 @@ def _train(config: dict[str, Any]) -> list[dict[str, Any]]:
             with _STEPS_DONE.get_lock():
                 _STEPS_DONE.value += 1
 
-    return Trainer(TrainConfig(**config).validate()).run(progress=False, on_step=tick)
+    return Trainer(TrainConfig(**config).validate()).run(progress=False, on_step=tick, overwrite=True)
 
 
 def run_all(settings: DemoSettings, *, progress: bool = True) -> dict[str, list[list[dict[str, Any]]]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,8 @@ class MetricsLog:
     def write(self, record: dict[str, Any]) -> None:
         with self.path.open("a") as handle:
             handle.write(json.dumps(record) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())  # a step's line survives a power cut like its checkpoint
         step = int(record["step"])
         numbers = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"}
         if self._tensorboard is not None:

@@ -19,11 +19,14 @@ from a FIFO checkpoint pool.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,6 +48,27 @@ from scope_envs.core.specs import make_policy
 from sims.opponents import Ensemble, Live, Opponents, Population
 from sims.pool import CheckpointPool
 from sims.verbalized import verbalize
+
+CHECKPOINT_MANIFEST = "manifest.json"  # every file of a checkpoint with its size and SHA-256, written last
+# what a run writes into its output folder, besides its simulator pool (`sim_pool`), and a fresh start
+# deletes; anything else there, such as vLLM's served adapters or wandb's own folders, is left alone
+RUN_FILES = ("checkpoints", "metrics.jsonl", "tensorboard", "curves.png", "config.yaml")
+
+
+class RunError(RuntimeError):
+    """A training run that must not start or go on; the message says why and what to do."""
+
+
+class OutputInUse(RunError):
+    """A fresh run into a folder that holds the checkpoints or metrics of another run."""
+
+
+class NoIntactCheckpoint(RunError):
+    """A resume with checkpoints, none of which is intact."""
+
+
+class TooManyFailedEpisodes(RunError):
+    """A training step whose share of failed episodes passes `max_failed_episode_share`."""
 
 
 @dataclass
@@ -80,23 +104,14 @@ class Trainer:
             spec = config.simulator_policy or config.policy
             lr = config.simulator_lr if config.simulator_lr is not None else config.lr
             self.learners[USER] = self._learner(USER, spec, lr, config.simulator_kl_coef, seed=config.seed + 1)
-        self.pool = (
-            CheckpointPool(
-                self.output / "sim_pool",
-                max_size=config.pool_size,
-                sampling=config.pool_sampling,
-                loader=self._load_snapshot,
-                retain_evicted=True,
-            )
-            if config.method == "population"
-            else None
-        )
+        self.metrics_path = self.output / "metrics.jsonl"
+        self.checkpoints = self.output / "checkpoints"
+        self._earlier_work = saved_work(self.output)  # before this trainer adds to the folder
+        self._earlier_pool = (self.output / "sim_pool").exists()
+        self.pool = self._make_pool()
         self._seed_pool()
         self.opponents = self._opponents()
         self.step = 0
-        self.metrics_path = self.output / "metrics.jsonl"
-        self.checkpoints = self.output / "checkpoints"
-        (self.output / "config.yaml").write_text(dump_config(config))
 
     def _learner(self, side: str, spec: str, lr: float, kl_coef: float, *, seed: int) -> Learner:
         import torch
@@ -139,6 +154,17 @@ class Trainer:
         if config.method == "vs":
             partners = [verbalize(p, k=config.vs_k, draw=config.vs_draw) for p in partners]
         return Ensemble(partners, mode="round_robin")
+
+    def _make_pool(self) -> CheckpointPool | None:
+        if self.config.method != "population":
+            return None
+        return CheckpointPool(
+            self.output / "sim_pool",
+            max_size=self.config.pool_size,
+            sampling=self.config.pool_sampling,
+            loader=self._load_snapshot,
+            retain_evicted=True,
+        )
 
     def _seed_pool(self) -> None:
         """A population's pool starts with the initial simulator (kept if the pool already has it)."""
@@ -225,9 +251,13 @@ class Trainer:
         agent = np.array([e.rewards[AGENT] for e in members])
         mode = self.config.simulator_reward
         if mode != "curriculum":
-            return user_reward_from(agent, mode)
-        penalty = self.config.tool_error_penalty * np.array([e.tool_errors[USER] for e in members])
-        return curriculum_reward(agent) - penalty
+            rewards = user_reward_from(agent, mode)
+        else:
+            penalty = self.config.tool_error_penalty * np.array([e.tool_errors[USER] for e in members])
+            rewards = curriculum_reward(agent) - penalty
+        # A simulator that broke the protocol keeps the worst reward the env gave it, whatever the mode.
+        penalised = np.array([e.end_reason == "error_budget" and "penalty" in e.reward_info[USER] for e in members])
+        return np.where(penalised, np.array([e.rewards[USER] for e in members]), rewards)
 
     def update(
         self, learner: Learner, episodes: list[Episode], groups: list[int], labels: list[str]
@@ -322,14 +352,20 @@ class Trainer:
     # ---- the loop ------------------------------------------------------------------------------------
 
     def run(
-        self, *, resume: bool = False, progress: bool = True, on_step: Callable[[dict[str, Any]], None] | None = None
+        self,
+        *,
+        resume: bool = False,
+        overwrite: bool = True,
+        progress: bool = True,
+        on_step: Callable[[dict[str, Any]], None] | None = None,
     ) -> list[dict[str, Any]]:
-        if not (resume and self.resume()):  # a fresh start, also when there is nothing to resume from
-            if self.metrics_path.exists():
-                self.metrics_path.unlink()
-            if self.pool is not None:  # a pool left by an earlier run: back to the initial simulator only
-                self.pool.drop_after(0)
-                self._seed_pool()  # the earlier run may have evicted and deleted it
+        """Trains up to `config.steps`: from the newest intact checkpoint with `resume`, else from
+        step 0 (also when there is nothing to resume from). A fresh start first deletes what an
+        earlier run left in the folder; with `overwrite=False` (`scope train` without `--overwrite`)
+        it refuses when that is another run's work instead; see `start_fresh`."""
+        if not (resume and self.resume()):
+            self.start_fresh(overwrite=overwrite or resume)
+        (self.output / "config.yaml").write_text(dump_config(self.config))
         from tqdm.auto import tqdm
 
         log = MetricsLog(
@@ -341,26 +377,59 @@ class Trainer:
             config=asdict(self.config),
         )
         bar = tqdm(total=self.config.steps, initial=self.step, desc="train", unit="step", disable=not progress)
-        while self.step < self.config.steps:
-            record = self.train_step(self.step)
-            self.step += 1
-            if self.pool is not None and self.step % self.config.pool_every == 0:
-                self.pool.add(self.learners[USER].policy.save, step=self.step)
-            if self.step % self.config.eval_every == 0 or self.step == self.config.steps:
-                record.update(self.evaluate(self.step))
-            if self.step % self.config.checkpoint_every == 0 or self.step == self.config.steps:
-                self.save()
-                record["disk_mb"] = disk_megabytes(self.output)
-            log.write(record)
-            if on_step is not None:
-                on_step(record)
-            bar.update(1)
-            bar.set_postfix(reward=f"{record['reward_mean']:.3f}", entropy=f"{record.get('entropy', float('nan')):.2f}")
-        bar.close()
-        log.close()
+        try:
+            while self.step < self.config.steps:
+                record = self.advance()
+                log.write(record)
+                if on_step is not None:
+                    on_step(record)
+                bar.update(1)
+                bar.set_postfix(
+                    reward=f"{record['reward_mean']:.3f}", entropy=f"{record.get('entropy', float('nan')):.2f}"
+                )
+        finally:  # a run stopped by an error still flushes its logs
+            bar.close()
+            log.close()
         history = read_metrics(self.metrics_path)
         plot_curves(history, self.output)
         return history
+
+    def advance(self) -> dict[str, Any]:
+        """One training step, then what is due after it (a pool snapshot, evaluation, a checkpoint)."""
+        record = self.train_step(self.step)
+        self.step += 1
+        if self.pool is not None and self.step % self.config.pool_every == 0:
+            self.pool.add(self.learners[USER].policy.save, step=self.step)
+        if self.step % self.config.eval_every == 0 or self.step == self.config.steps:
+            record.update(self.evaluate(self.step))
+        if self.step % self.config.checkpoint_every == 0 or self.step == self.config.steps:
+            self.save()
+            record["disk_mb"] = disk_megabytes(self.output)
+        return record
+
+    def start_fresh(self, *, overwrite: bool = True) -> None:
+        """Clears what an earlier run left in the output folder, so nothing of it mixes with this one.
+        Without `overwrite`, refuses (`OutputInUse`) when that is the checkpoints or metrics of
+        another run; one of the very same config is restarted all the same."""
+        recorded = self.output / "config.yaml"
+        same_run = recorded.is_file() and recorded.read_text() == dump_config(self.config)
+        if self._earlier_work and not (overwrite or same_run):
+            raise OutputInUse(
+                f"{self.output} holds another run ({self._earlier_work}) with a different config: "
+                "--resume continues it, --overwrite deletes it and starts this one, or choose another output_dir"
+            )
+        for name in RUN_FILES:
+            remove_path(self.output / name)
+        if self._earlier_pool:  # the earlier run's pool, perhaps of another model: this run starts its own
+            self._replace_pool()
+        self._earlier_work, self._earlier_pool = None, False
+
+    def _replace_pool(self) -> None:
+        remove_path(self.output / "sim_pool")
+        self.pool = self._make_pool()
+        if self.pool is not None:
+            self._seed_pool()
+            self.opponents = self._opponents()
 
     def train_step(self, step: int) -> dict[str, Any]:
         started = time.perf_counter()
@@ -368,6 +437,7 @@ class Trainer:
         players, labels = self.players(step, groups)
         episodes = self.collect(step, group_size=self.config.group_size, split="train", players=players)
         rollout_time = time.perf_counter() - started
+        failed_share = self._check_failed_episodes(step, episodes)
         rewards = np.array([e.rewards[self.side] for e in episodes])
         record: dict[str, Any] = {
             "step": step + 1,
@@ -376,6 +446,7 @@ class Trainer:
             "success": float(np.mean([e.success(self.side) for e in episodes])),
             "turns": float(np.mean([e.turns for e in episodes])),
             "generated_tokens_per_s": sum(e.generated_tokens for e in episodes) / max(rollout_time, 1e-9),
+            "failed_episode_share": failed_share,
         }
         for side, learner in self.learners.items():
             own_groups = [g for g in range(groups) if players[g][side] is learner.policy]
@@ -399,6 +470,20 @@ class Trainer:
         record["step_time"] = time.perf_counter() - started
         return record
 
+    def _check_failed_episodes(self, step: int, episodes: list[Episode]) -> float:
+        """The share of episodes a policy could not play (`policy_error`); too many stop the run
+        before it trains on them: a broken simulator must not pass for a reward of 0."""
+        failed = sum(e.end_reason == "policy_error" for e in episodes)
+        share = failed / max(len(episodes), 1)
+        if share > self.config.max_failed_episode_share:
+            raise TooManyFailedEpisodes(
+                f"step {step + 1}: {failed} of {len(episodes)} training episodes ended in policy_error (a policy "
+                f"could not reply), more than max_failed_episode_share={self.config.max_failed_episode_share}; "
+                "the run stops before training on them. Check the simulators (their server, key, model); "
+                "--resume continues from the last checkpoint"
+            )
+        return share
+
     # ---- checkpoints -----------------------------------------------------------------------------------
 
     def save(self) -> Path:
@@ -417,42 +502,84 @@ class Trainer:
         }
         state = {"step": self.step, "baselines": baselines, "config": asdict(self.config)}
         (staging / "state.json").write_text(json.dumps(state))
+        write_checkpoint_manifest(staging, self.step)
         failpoint("checkpoint", self.step)
         if final.exists():
             shutil.rmtree(final)
         staging.rename(final)
+        _fsync_directory(self.checkpoints)
         _atomic_write(self.checkpoints / "latest", final.name)
         if self.pool is not None:  # members evicted up to now are no longer needed to resume
             self.pool.purge_evicted(self.step)
-        for old in sorted(p for p in self.checkpoints.glob("step-*") if p.is_dir())[: -self.config.keep_checkpoints]:
-            shutil.rmtree(old)
+        self._prune_checkpoints()
         return final
 
-    def resume(self) -> bool:
-        """Continues from the latest checkpoint, if there is one; later metrics and pool members are dropped."""
-        import torch
+    def _prune_checkpoints(self) -> None:
+        """Keeps the `keep_checkpoints` newest checkpoints up to this step, ordered by step (never by
+        name), and drops later ones: what is left of the steps a resume from an older one replays."""
+        steps = checkpoint_steps(self.checkpoints)
+        kept = sorted(step for step in steps if step <= self.step)[-self.config.keep_checkpoints :]
+        for step, directory in steps.items():
+            if step not in kept:
+                shutil.rmtree(directory)
 
-        pointer = self.checkpoints / "latest"
-        if not pointer.exists():
-            return False
-        directory = self.checkpoints / pointer.read_text().strip()
+    def resume(self) -> bool:
+        """Continues from the newest intact checkpoint (checked against its manifest, then loaded),
+        with a warning when newer ones are damaged; False when there is none at all. Later metrics
+        and pool members are dropped."""
         for stale in self.checkpoints.glob(".step-*"):  # a checkpoint being written when the run died
             shutil.rmtree(stale, ignore_errors=True)
-        state = json.loads((directory / "state.json").read_text())
-        for side, learner in self.learners.items():
-            learner.policy.load_weights(directory / side / "policy")
-            learner.optimizer.load_state_dict(torch.load(directory / side / "optimizer.pt", weights_only=True))
-            learner.baseline.values = {tuple(k): v for k, v in state["baselines"].get(side, [])}
-        torch.set_rng_state(torch.load(directory / "torch_rng.pt", weights_only=True))
-        self.step = int(state["step"])
+        steps = checkpoint_steps(self.checkpoints)
+        if not steps:
+            return False
+        problems = self._latest_pointer_problems(steps)
+        for step in sorted(steps, reverse=True):
+            problem = verify_checkpoint(steps[step]) or self._load_checkpoint(steps[step])
+            if problem is None:
+                self._continue_from(steps[step], problems)
+                return True
+            problems.append(f"{steps[step].name}: {problem}")
+        raise NoIntactCheckpoint(
+            f"no intact checkpoint in {self.checkpoints} to resume from ({'; '.join(problems)}); "
+            "restore one, or start over with --overwrite"
+        )
+
+    def _latest_pointer_problems(self, steps: dict[int, Path]) -> list[str]:
+        """A `latest` that names a checkpoint no longer there (reported with the damaged ones)."""
+        pointer = self.checkpoints / "latest"
+        named = pointer.read_text().strip() if pointer.is_file() else ""
+        present = {directory.name for directory in steps.values()}
+        return [f"{named} (named by 'latest'): missing"] if named and named not in present else []
+
+    def _load_checkpoint(self, directory: Path) -> str | None:
+        """Loads a checkpoint into the learners; what went wrong, or None. A later candidate
+        overwrites everything a failed one loaded part of."""
+        import torch
+
+        try:
+            state = json.loads((directory / "state.json").read_text())
+            for side, learner in self.learners.items():
+                learner.policy.load_weights(directory / side / "policy")
+                learner.optimizer.load_state_dict(torch.load(directory / side / "optimizer.pt", weights_only=True))
+                learner.baseline.values = {tuple(k): v for k, v in state["baselines"].get(side, [])}
+            torch.set_rng_state(torch.load(directory / "torch_rng.pt", weights_only=True))
+            self.step = int(state["step"])
+        except Exception as error:  # whatever the damage (truncated, wrong shapes, missing keys): not loadable
+            return f"cannot be loaded: {type(error).__name__}: {' '.join(str(error).split())[:300]}"
+        return None
+
+    def _continue_from(self, directory: Path, damaged: list[str]) -> None:
+        if damaged:
+            warnings.warn(
+                f"resuming from {directory.name}, the newest intact checkpoint; damaged: {'; '.join(damaged)}",
+                stacklevel=3,
+            )
+            _atomic_write(self.checkpoints / "latest", directory.name)
         if self.pool is not None:
             self.pool.drop_after(self.step)
         if self.metrics_path.exists():
-            kept = [
-                line for line in self.metrics_path.read_text().splitlines() if json.loads(line)["step"] <= self.step
-            ]
-            _atomic_write(self.metrics_path, "".join(line + "\n" for line in kept))
-        return True
+            kept = [record for record in read_metrics(self.metrics_path) if record["step"] <= self.step]
+            _atomic_write(self.metrics_path, "".join(json.dumps(record) + "\n" for record in kept))
 
 
 def reference_logprobs(policy: LMPolicy, reference: Any, samples: list[Sample]) -> Any:
@@ -477,7 +604,99 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    """The metrics records of a run; a line cut short by a crash while it was written is skipped."""
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def saved_work(output: Path) -> str | None:
+    """What an earlier run saved in `output` (its checkpoints, its metrics), in words; None if nothing."""
+    found = []
+    steps = checkpoint_steps(output / "checkpoints")
+    if steps:
+        found.append(f"checkpoints up to step {max(steps)}")
+    records = read_metrics(output / "metrics.jsonl")
+    if records:
+        found.append(f"metrics of {len(records)} steps")
+    return " and ".join(found) or None
+
+
+def checkpoint_steps(checkpoints: Path) -> dict[int, Path]:
+    """The checkpoint directories (`step-000042`) by step."""
+    if not checkpoints.is_dir():
+        return {}
+    matches = ((re.fullmatch(r"step-(\d+)", p.name), p) for p in checkpoints.iterdir() if p.is_dir())
+    return {int(match.group(1)): path for match, path in matches if match}
+
+
+def write_checkpoint_manifest(directory: Path, step: int) -> None:
+    """Records every file of a checkpoint with its size and SHA-256 (and flushes each to disk)."""
+    files = {}
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        files[path.relative_to(directory).as_posix()] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+        _fsync_file(path)  # on disk before the manifest vouches for it
+    manifest = directory / CHECKPOINT_MANIFEST
+    manifest.write_text(json.dumps({"version": 1, "step": step, "files": files}, indent=1))
+    _fsync_file(manifest)
+
+
+def verify_checkpoint(directory: Path) -> str | None:
+    """What is wrong with a checkpoint against its manifest (a missing, truncated or changed file), or None."""
+    try:
+        files = json.loads((directory / CHECKPOINT_MANIFEST).read_text())["files"]
+        expected = {name: (int(entry["bytes"]), str(entry["sha256"])) for name, entry in files.items()}
+    except FileNotFoundError:
+        return f"no {CHECKPOINT_MANIFEST} (damaged, or written by a version without checksums)"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        return f"unreadable {CHECKPOINT_MANIFEST} ({type(error).__name__})"
+    for name, (size, digest) in expected.items():
+        path = directory / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != size:
+            return f"{name} has {path.stat().st_size} bytes, the manifest says {size}"
+        if _sha256(path) != digest:
+            return f"{name} does not match its checksum"
+    return None
+
+
+def remove_path(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync_file(path: Path) -> None:
+    with path.open("rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def _fsync_directory(path: Path) -> None:
+    """Makes a rename inside `path` survive a power loss (where the OS allows opening directories)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def plot_curves(history: list[dict[str, Any]], output: Path) -> list[Path]:

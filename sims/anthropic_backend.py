@@ -75,6 +75,7 @@ class AnthropicSimulator(APISimulator):
     """A Claude model behind the messages API; the key comes from `api_key` or `$ANTHROPIC_API_KEY`."""
 
     supports_structured_output = True
+    key_variable = "ANTHROPIC_API_KEY"
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("max_tokens", 1024)  # required by the API

@@ -4,7 +4,9 @@ retries, and token/cost accounting.
 Every call, synchronous or not, runs on the simulator's own background event loop, so one async
 client (and its connection pool) and one concurrency semaphore serve all callers, from any thread
 or event loop. API keys come from arguments or the environment, are handed to the client only,
-and never appear in `repr`, errors or `config()`.
+and never appear in `repr`, errors (nor the exceptions chained to them) or `config()`. A rejected
+key, an unknown model or a request the API refuses whatever the conversation raise
+`FatalPolicyError`, which ends the run instead of failing every episode one after the other.
 """
 
 from __future__ import annotations
@@ -20,8 +22,26 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from scope_envs.core.policy import Reply, Simulator, SimulatorError, Tools, Usage, View, as_messages, batch_arguments
-from sims.retry import RETRYABLE_STATUS, RetryableError, RetryPolicy, retry_after_seconds
+from scope_envs.core.policy import (
+    FatalPolicyError,
+    Reply,
+    Simulator,
+    SimulatorError,
+    Tools,
+    Usage,
+    View,
+    as_messages,
+    batch_arguments,
+)
+from sims.retry import (
+    AUTHENTICATION_STATUS,
+    CONFIGURATION_STATUS,
+    RETRYABLE_STATUS,
+    RetryableError,
+    RetryPolicy,
+    about_one_conversation,
+    retry_after_seconds,
+)
 
 
 @dataclass(frozen=True)
@@ -87,16 +107,18 @@ class APISimulator(Simulator):
         options: dict[str, Any],
     ) -> Reply:
         """One attempt; `options` are per-call request fields (structured output). Raise `RetryableError`
-        for what may succeed on retry, `SimulatorError` for what will not."""
+        for what may succeed on retry, `SimulatorError` for what will not, `FatalPolicyError` for
+        what no request of this simulator will get past."""
 
     supports_structured_output: bool = False
+    key_variable: str = "API_KEY"  # the environment variable the key comes from, named in errors
 
     def _structured_options(self, schema: dict[str, Any], name: str) -> dict[str, Any]:
         raise NotImplementedError(f"{type(self).__name__} has no structured output")
 
     @abstractmethod
     def _classify(self, error: Exception) -> Exception:
-        """Maps a client exception to `RetryableError` or `SimulatorError` (without secrets)."""
+        """Maps a client exception to `RetryableError`, `SimulatorError` or `FatalPolicyError` (without secrets)."""
 
     # ---- the Simulator contract --------------------------------------------------------------------
 
@@ -184,49 +206,70 @@ class APISimulator(Simulator):
         last_error = "no attempt was made"
         for attempt in range(self.retry.max_attempts):
             async with self._semaphore:
-                try:
-                    reply = await self._request(self._client, view, tool_list, seed, options or {})
-                except SimulatorError:
-                    raise
-                except RetryableError as error:
-                    problem: Exception = error
-                except Exception as error:  # the client's own exceptions
-                    problem = self._classify(error)
-                    if not isinstance(problem, RetryableError):
-                        raise problem from None
-                else:
-                    self._account(reply)
-                    reply.metadata["attempts"] = attempt + 1
-                    return reply
-            last_error = str(problem)
+                outcome = await self._attempt(view, tool_list, seed, options or {})
+            if isinstance(outcome, Reply):
+                self._account(outcome)
+                outcome.metadata["attempts"] = attempt + 1
+                return outcome
+            if not isinstance(outcome, RetryableError):
+                raise outcome  # outside any `except`, so no client exception is chained to it
+            last_error = str(outcome)
             if attempt + 1 < self.retry.max_attempts:
                 with self._lock:
                     self.retries += 1
-                await asyncio.sleep(self.retry.delay(attempt, getattr(problem, "retry_after", None), self._jitter))
+                await asyncio.sleep(self.retry.delay(attempt, getattr(outcome, "retry_after", None), self._jitter))
         raise SimulatorError(f"{self!r} failed after {self.retry.max_attempts} attempts; last error: {last_error}")
 
+    async def _attempt(
+        self, view: list[dict[str, Any]], tools: list[dict[str, Any]] | None, seed: int | None, options: dict[str, Any]
+    ) -> Reply | Exception:
+        """One request: its reply, or the error it ended in, classified and detached from the client's
+        exception (whose request, headers and key included, would otherwise ride along as `__context__`)."""
+        try:
+            return await self._request(self._client, view, tools, seed, options)
+        except (RetryableError, SimulatorError, FatalPolicyError) as error:
+            return detached(error)
+        except Exception as error:  # the client's own exceptions
+            return detached(self._classify(error))
+
     def _classify_client_error(self, sdk: Any, error: Exception) -> Exception:
-        """`RetryableError` or `SimulatorError` for an exception of the `openai` / `anthropic` SDK,
-        whose exception classes share their names."""
+        """`RetryableError`, `SimulatorError` or `FatalPolicyError` for an exception of the `openai` /
+        `anthropic` SDK, whose exception classes share their names."""
         backend = sdk.__name__
         if isinstance(error, (sdk.APITimeoutError, sdk.APIConnectionError)):
             return RetryableError(f"{type(error).__name__}: the request timed out or could not connect")
         if isinstance(error, sdk.APIStatusError):
-            status = error.status_code
-            detail = f"HTTP {status} from the server"
-            if status in RETRYABLE_STATUS or status >= 500:
-                return RetryableError(detail, retry_after_seconds(error.response.headers))
-            return SimulatorError(f"{backend}: {detail} (not retried): {self._redact(str(error))}")
+            return self._status_error(backend, error.status_code, error)
         malformed = (sdk.APIResponseValidationError, json.JSONDecodeError, ValueError, TypeError, AttributeError)
         if isinstance(error, malformed):
             return RetryableError(f"malformed response ({type(error).__name__})")
         return SimulatorError(f"{backend}: unexpected {type(error).__name__}: {self._redact(str(error))}")
+
+    def _status_error(self, backend: str, status: int, error: Any) -> Exception:
+        """An HTTP error status as what it means for the run: worth a retry, fatal (the key or the
+        configuration is wrong, so every request will fail), or the failure of this one request."""
+        detail = self._redact(str(error))
+        if status in RETRYABLE_STATUS or status >= 500:
+            return RetryableError(f"HTTP {status} from the server", retry_after_seconds(error.response.headers))
+        if status in AUTHENTICATION_STATUS:
+            return FatalPolicyError(
+                f"{backend}: HTTP {status}: the API key was rejected, may not use model {self.model!r}, or has "
+                f"no credit; check ${self.key_variable} or api_key=. Server said: {detail}"
+            )
+        if status in CONFIGURATION_STATUS and not about_one_conversation(detail):
+            return FatalPolicyError(
+                f"{backend}: HTTP {status}: the API refuses the requests of this simulator (unknown model "
+                f"{self.model!r}, wrong base_url, or an option the model does not take); fix its configuration. "
+                f"Server said: {detail}"
+            )
+        return SimulatorError(f"{backend}: HTTP {status} from the server (not retried): {detail}")
 
     def _redact(self, text: str) -> str:
         """`text` without the API key or anything that looks like one."""
         key = getattr(self, "_api_key", None)
         if key and len(key) >= 4:
             text = text.replace(key, "<redacted>")
+        text = re.sub(r"(Bearer\s+)[^\s'\"]+", r"\1<redacted>", text)
         return re.sub(r"(sk-|key[-_]?)[A-Za-z0-9_\-]{6,}", "<redacted>", text)[:500]
 
     def _account(self, reply: Reply) -> None:
@@ -236,3 +279,12 @@ class APISimulator(Simulator):
             self.calls += 1
             if reply.usage is not None:
                 self.usage = self.usage + reply.usage
+
+
+def detached(error: Exception) -> Exception:
+    """`error` without the exceptions it was raised during (and their tracebacks): a client
+    exception there holds the request, whose headers hold the API key."""
+    error.__cause__ = None
+    error.__context__ = None
+    error.__suppress_context__ = False
+    return error.with_traceback(None)

@@ -270,8 +270,8 @@ def dialogue_states(
     seeded choice below `max_turn`): the states on which `scope diagnose` measures a simulator.
     `players` (a spec, by default the env's scripted policies, or a mapping of side to policy)
     play the conversation up to there."""
+    from scope_envs.core.batch import play_turn
     from scope_envs.core.dialogue import SIDES
-    from scope_envs.core.policy import reply_or_error
     from scope_envs.core.seeding import derive_seed
     from scope_envs.core.specs import resolve_policy
 
@@ -288,11 +288,8 @@ def dialogue_states(
                 views.append(infos[side]["messages"])
                 if len(views) > wanted:
                     break
-            view = infos[speaker]
-            reply = reply_or_error(
-                policies[speaker], view["messages"], view["tools"], derive_seed(seed + index, len(env.log))
-            )
-            infos = env.take_turn(speaker, reply)[4]
+            turn_seed = derive_seed(seed + index, len(env.log))
+            infos = play_turn(env, speaker, policies[speaker], infos[speaker], turn_seed)[4]
         if views:
             states.append(views[min(wanted, len(views) - 1)])
     return states

@@ -22,6 +22,7 @@ class OpenAISimulator(APISimulator):
     """
 
     supports_structured_output = True
+    key_variable = "OPENAI_API_KEY"
 
     def __init__(
         self,

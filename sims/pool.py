@@ -30,6 +30,7 @@ import numpy as np
 from scope_envs.core.failpoints import failpoint
 
 MANIFEST = "pool.json"
+SAMPLING = ("uniform", "latest")  # a uniform draw per group, or always the newest candidate
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,8 @@ class CheckpointPool:
     ) -> None:
         if max_size < 1:
             raise ValueError("max_size must be at least 1")
-        if sampling not in {"uniform", "latest"}:
-            raise ValueError(f"sampling must be 'uniform' or 'latest', got {sampling!r}")
+        if sampling not in SAMPLING:
+            raise ValueError(f"sampling must be one of {SAMPLING}, got {sampling!r}")
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.max_size = max_size

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import email.utils
 import random
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
+AUTHENTICATION_STATUS = frozenset({401, 402, 403})  # the key is wrong, lacks access, or has no credit
+# the request's shape is refused (unknown model or endpoint, an option the model does not take),
+# unless the server says it is about this one conversation (see `about_one_conversation`)
+CONFIGURATION_STATUS = frozenset({400, 404, 405, 415, 422})
+_ONE_CONVERSATION = re.compile(
+    r"context[ _]length|context window|prompt is too long|too many (input )?tokens|content[ _-]?(filter|policy)"
+    r"|safety system|flagged",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,12 @@ class RetryPolicy:
             return min(max(retry_after, 0.0), self.max_delay)
         ceiling = min(self.max_delay, self.initial_delay * self.multiplier**attempt)
         return (rng or random).uniform(0.0, ceiling)
+
+
+def about_one_conversation(server_message: str) -> bool:
+    """True when a refused request was refused for its conversation (too long, filtered), so other
+    conversations may still pass: that episode fails, the run goes on."""
+    return bool(_ONE_CONVERSATION.search(server_message))
 
 
 def retry_after_seconds(headers: Any) -> float | None:

@@ -11,17 +11,29 @@ behaviour and verbalizes each turn.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from scope_envs.core.policy import Simulator
+from scope_envs.core.policy import Reply, Simulator, Tools, View
 
 
 class SimulatorWrapper(Simulator):
-    """Base of simulators that wrap one simulator."""
+    """Base of simulators that wrap one simulator; by itself it passes every call through."""
 
     def __init__(self, simulator: Any) -> None:
         self.simulator = simulator
         self.deterministic = bool(getattr(simulator, "deterministic", False))
+        self.name = f"{type(self).__name__}({getattr(simulator, 'name', type(simulator).__name__)})"
+
+    def respond(self, messages: View, tools: Tools = None, *, seed: int | None = None) -> Reply:
+        return Reply.coerce(self.simulator.respond(messages, tools, seed=seed))
+
+    def respond_batch(
+        self, batch: Sequence[View], tools: Sequence[Tools] | None = None, *, seeds: Sequence[int | None] | None = None
+    ) -> list[Reply]:
+        if hasattr(self.simulator, "respond_batch"):
+            return [Reply.coerce(r) for r in self.simulator.respond_batch(batch, tools, seeds=seeds)]
+        return super().respond_batch(batch, tools, seeds=seeds)
 
     @property
     def unwrapped(self) -> Any:

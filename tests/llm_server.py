@@ -3,7 +3,8 @@ wire formats, for testing the API backends through their official clients.
 
 Replies come from `responder(protocol, body) -> {"text": ..., "tool_calls": [(name, args), ...]}`
 (by default: echo the last user text; "call NAME" asks for a tool call). Faults are queued with
-`fail("429", "500", "timeout", "malformed", "empty", "400")`, one consumed per request.
+`fail("429", "500", "timeout", "malformed", "empty", "400", "401", "403", "404", "context")`, one consumed
+per request; `fail_always(fault)` answers every request with it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 Responder = Callable[[str, dict[str, Any]], dict[str, Any]]
+# fault -> the HTTP status answered; "context" is a 400 about one conversation (too long for the model)
+ERROR_STATUS = {"400": 400, "401": 401, "403": 403, "404": 404, "429": 429, "500": 500, "503": 503, "context": 400}
+CONTEXT_TOO_LONG = "This model's maximum context length is 8192 tokens; your messages resulted in 9000 tokens."
 
 
 def echo_responder(protocol: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -39,6 +43,7 @@ class LLMServer:
         self.responder = responder
         self.delay = delay
         self.faults: list[str] = []
+        self.always: str | None = None  # the fault of every request once `faults` is empty
         self.requests: list[dict[str, Any]] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -76,23 +81,28 @@ class LLMServer:
         with self._lock:
             self.faults.extend(faults)
 
+    def fail_always(self, fault: str | None) -> None:
+        with self._lock:
+            self.always = fault
+
     def _handle(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         protocol = "anthropic" if handler.path.rstrip("/").endswith("/messages") else "openai"
         with self._lock:
             self.requests.append({"path": handler.path, "headers": dict(handler.headers), "body": body})
-            fault = self.faults.pop(0) if self.faults else None
+            fault = self.faults.pop(0) if self.faults else self.always
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             time.sleep(self.delay)
             if fault == "timeout":
                 time.sleep(self.timeout_sleep)
-            if fault in {"429", "500", "503", "400"}:
+            if fault in ERROR_STATUS:
                 headers = {"retry-after": self.retry_after} if fault == "429" else {}
                 # Some servers echo the request's credentials in errors: the client must not pass them on.
                 credential = handler.headers.get("authorization") or handler.headers.get("x-api-key") or ""
-                error = {"error": {"message": f"injected {fault} for {credential}", "type": "error"}, "type": "error"}
-                return self._send(handler, int(fault), json.dumps(error).encode(), headers)
+                reason = CONTEXT_TOO_LONG if fault == "context" else f"injected {fault}"
+                error = {"error": {"message": f"{reason} for {credential}", "type": "error"}, "type": "error"}
+                return self._send(handler, ERROR_STATUS[fault], json.dumps(error).encode(), headers)
             if fault == "malformed":
                 return self._send(handler, 200, b'{"id": "x", "choices": [ {"message": ', {})
             reply = self.responder(protocol, body)

@@ -1,11 +1,14 @@
 """The sandbox holds: escapes are contained and reported, limits apply, nothing leaks in or out."""
 
 import os
+import socket
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from scope_envs.cooperbench.cgroups import RunCgroup, cgroup2_mount, own_cgroup
 from scope_envs.cooperbench.sandbox import Limits, Sandbox, probe_isolation
 
 ISOLATION = probe_isolation()
@@ -115,3 +118,72 @@ def test_a_socket_cannot_reach_the_network(sandbox):
     code = "import socket; socket.create_connection(('1.1.1.1', 80), timeout=3)"
     result = python(sandbox, code)
     assert not result.ok and result.limit == "network"
+
+
+# ---- whole-run limits and what leaks ----------------------------------------------------------------
+
+
+def test_memory_is_capped_for_the_whole_run_not_only_per_process(sandbox):
+    # Four processes of 400 MiB each: every one under the per-process cap of 1 GiB, together over 1 GiB.
+    code = "b = bytearray(400 * 2**20); import time; time.sleep(30)"
+    limits = replace(FAST, total_memory_bytes=1024**3, wall_seconds=20)
+    result = sandbox.shell(f"for i in 1 2 3 4; do {PYTHON} -c '{code}' & done; wait", limits=limits)
+    assert not result.ok and result.limit == "memory" and result.seconds < 15
+
+
+def test_disk_written_is_capped_across_files(sandbox):
+    # Forty files of 4 MB, each under the file-size cap, together far over a 20 MiB disk cap.
+    limits = replace(FAST, disk_bytes=20 * 2**20)
+    result = sandbox.shell("for i in $(seq 40); do head -c 4000000 /dev/zero > f$i; sleep 0.05; done", limits=limits)
+    assert not result.ok and result.limit == "disk" and "disk-space limit" in result.describe()
+    written = sum(path.stat().st_size for path in sandbox.root.iterdir())
+    assert written < 100 * 10**6
+
+
+def test_probe_isolation_says_how_the_whole_run_is_capped():
+    text = ISOLATION.describe()
+    assert ("capped by a cgroup v2" in text) == ISOLATION.cgroup
+    assert "whole-run memory polled" in text or ISOLATION.cgroup
+    assert "disk written polled" in text and "user namespaces" in text
+
+
+def test_cgroup_v2_mount_and_path_are_read_from_proc(tmp_path):
+    mounts = "cgroup /sys/fs/cgroup/memory cgroup rw 0 0\ncgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n"
+    assert cgroup2_mount(mounts) == Path("/sys/fs/cgroup/unified") and cgroup2_mount("") is None
+    assert own_cgroup("4:memory:/a\n0::/user.slice/x\n") == "/user.slice/x" and own_cgroup("4:memory:/a\n") is None
+    group = RunCgroup.create(tmp_path, 2**30, 64)  # tmp_path stands in for a delegated cgroup directory
+    assert [(group.path / name).read_text() for name in ("memory.max", "pids.max")] == [str(2**30), "64"]
+    assert group.path.parent == tmp_path and not group.oom_killed()
+
+
+def test_user_namespaces_cannot_be_created(sandbox):
+    if not ISOLATION.seccomp:
+        pytest.skip(f"sandbox here: {ISOLATION.describe()}")
+    code = "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); print('unshare', libc.unshare(0x10000000))"
+    result = python(sandbox, code + "; print(os.strerror(ctypes.get_errno()))")
+    assert "unshare -1" in result.output and "Operation not permitted" in result.output
+    threads = python(sandbox, "import threading; threading.Thread(target=print, args=('threads work',)).start()")
+    assert threads.ok and "threads work" in threads.output
+
+
+@needs_root_isolation
+def test_unix_sockets_under_run_are_out_of_reach(sandbox):
+    path = Path("/run") / f"scope-sandbox-test-{os.getpid()}.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    os.chmod(path, 0o777)
+    server.listen()
+    try:
+        code = f"import socket; socket.socket(socket.AF_UNIX).connect({str(path)!r}); print('connected')"
+        result = python(sandbox, code)
+        assert "connected" not in result.output and "FileNotFoundError" in result.output
+    finally:
+        server.close()
+        path.unlink()
+
+
+@needs_root_isolation
+def test_the_parents_command_line_is_not_visible(sandbox):
+    own = Path("/proc/self/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    result = sandbox.shell("cat /proc/1/cmdline; for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done")
+    assert own not in result.output and "pytest" not in result.output

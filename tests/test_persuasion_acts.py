@@ -34,7 +34,7 @@ def test_gymnasium_views_take_discrete_actions_and_text():
     env = gym.make("scope/PersuasionActs-v0")
     observation, info = env.reset(seed=3)
     assert env.action_space == gym.spaces.Discrete(len(PERSUADER_ACTS))
-    assert observation["features"].dtype == np.float32 and info["action_mask"].all()
+    assert observation["features"].dtype == np.float32 and all(info["action_mask"])
     _, _, _, _, info = env.step(PROPOSITION)
     assert "[proposition-of-donation]" in info["messages"][-2]["content"]
     _, _, _, _, info = env.step("[ask-donation-amount] So, how much could you give?")

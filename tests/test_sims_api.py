@@ -97,7 +97,7 @@ def test_persistent_failure_is_a_simulator_error_and_a_truncation(protocol, serv
 
 def test_client_errors_are_not_retried_and_never_leak_the_key(protocol, server):
     simulator = build(protocol, server)
-    server.fail("400")
+    server.fail("context")  # a 400 about this conversation only: its episode fails (fatal errors: test_api_errors)
     with pytest.raises(SimulatorError) as raised:
         simulator.respond(VIEW)
     assert "HTTP 400" in str(raised.value) and "not retried" in str(raised.value)

@@ -351,3 +351,14 @@ def test_dropping_steps_forgets_members_added_and_evicted_since(tmp_path):
     pool.drop_after(3)
     assert [m.step for m in pool.members] == [3]
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("ckpt-")) == ["ckpt-000003"]
+
+
+def test_a_bare_wrapper_passes_everything_through_and_wrappers_compose():
+    from sims import SimulatorWrapper
+
+    inner = FunctionSimulator(lambda messages, tools, seed: f"seed {seed}", deterministic=True, name="echo")
+    bare = SimulatorWrapper(inner)
+    assert bare.respond(VIEW, seed=3).text == "seed 3" and bare.deterministic and bare.name == "SimulatorWrapper(echo)"
+    assert [r.text for r in bare.respond_batch([VIEW, VIEW], seeds=[1, 2])] == ["seed 1", "seed 2"]
+    stacked = PersonaPrompting(SimulatorWrapper(inner), seed=0)
+    assert stacked.unwrapped is inner and stacked.respond(VIEW, seed=5).text == "seed 5"

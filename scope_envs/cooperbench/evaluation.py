@@ -3,9 +3,12 @@
 Merge: each patch is applied (`git apply`, then `git apply --3way`) on its own branch from the
 base; the first feature's branch is merged into the second's (`git merge --no-ff`); on a conflict
 the merge is retried with every path using git's `union` merge driver; if that conflicts too, the
-merge failed and both suites fail. Tests: a fresh copy of the base gets the merged patch and the
-feature's `tests.patch`, and the test files that `tests.patch` touches run under pytest in a
-sandbox. A suite passes when pytest exits 0 having passed at least one test.
+merge failed and both suites fail. Tests: a fresh copy of the base gets the merged patch, the
+feature's hidden tests are put back clean and its `tests.patch` applied, and the test files it
+touches run under pytest in a sandbox, configured by nothing in the tree (grading.py). A suite
+passes when pytest exits 0, its JUnit report shows no failure or error, and every *expected*
+test passed: each test that passes with the feature's gold patch (found by one run of the gold
+patch, cached).
 """
 
 from __future__ import annotations
@@ -22,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from scope_envs.cooperbench.dataset import Task
-from scope_envs.cooperbench.patches import filter_test_files, touched_files
-from scope_envs.cooperbench.sandbox import Limits, Sandbox
-from scope_envs.cooperbench.sources import BaseSource, TestEnvironment, copy_tree, git
+from scope_envs.cooperbench.grading import TestRun, run_hidden_tests
+from scope_envs.cooperbench.patches import filter_test_files
+from scope_envs.cooperbench.sandbox import Limits
+from scope_envs.cooperbench.sources import BaseSource, TestEnvironment, git
 
 OUTPUT_TAIL = 3000
-_PASSED = re.compile(r"(\d+) passed")
-_FAILED = re.compile(r"(\d+) (failed|errors?)\b")
+NO_EXPECTED = "no expected tests: the gold patch passes none of the hidden tests here"
 _DURATION = re.compile(r" in \d+(\.\d+)?s\b")
 
 
@@ -180,44 +183,53 @@ class Evaluator:
         if cached is not None:
             return cached
         result = self._run_suite(patch, feature, tests_patch)
-        if result.error is None or "limit" in (result.error or ""):
+        if result.returncode is not None and result.error != NO_EXPECTED:  # pytest ran, and so did the gold
             RESULTS.put(key, result)
         return result
 
     def _run_suite(self, patch: str, feature: int, tests_patch: str) -> SuiteResult:
+        run = self._run_tests(patch, tests_patch)
+        output = _DURATION.sub(" in <time>", run.output)[-OUTPUT_TAIL:]
+        if run.report is None:
+            limit = f"{run.limit} limit reached; " if run.limit else ""
+            return SuiteResult(feature, False, run.returncode, 0, 0, output, f"{limit}{run.error}")
+        report = run.report
+        error = f"{run.limit} limit reached" if run.limit else None
+        passed = run.returncode == 0 and run.limit is None and report.clean
+        if passed:
+            expected = self.expected_tests(feature)
+            missing = sorted(expected - report.passed)
+            if not expected:
+                error = NO_EXPECTED
+            elif missing:
+                error = f"{len(missing)} of {len(expected)} expected tests did not pass, e.g. {missing[0]}"
+            passed = bool(expected) and not missing
+        return SuiteResult(feature, passed, run.returncode, len(report.passed), len(report.failed), output, error)
+
+    def _run_tests(self, patch: str, tests_patch: str) -> TestRun:
         scratch = self._scratch_dir("tests-")
         try:
-            tree = scratch / "repo"
-            copy_tree(self.source.tree, tree)
-            for name, text in (("code", patch), ("tests", tests_patch)):
-                if not text.strip():
-                    continue
-                patch_file = scratch / f"{name}.patch"
-                patch_file.write_text(text, encoding="utf-8", errors="surrogateescape")
-                applied = git("apply", "--whitespace=nowarn", str(patch_file), cwd=tree, check=False)
-                if applied.returncode != 0:
-                    message = f"the {name} patch does not apply: {applied.stderr.strip()[-500:]}"
-                    return SuiteResult(feature, False, None, 0, 0, "", message)
-            files = [path for path in touched_files(tests_patch) if (tree / path).is_file()]
-            sandbox = Sandbox(
-                tree,
-                limits=self.limits,
-                readable=self.environment.readable,
-                hidden=self.hidden,
-                env={"PYTHONPATH": self.environment.python_path(tree)},
-                path_prefix=(str(self.environment.venv / "bin"),),
+            return run_hidden_tests(
+                self.source, self.environment, patch, tests_patch, scratch, limits=self.limits, hidden=self.hidden
             )
-            sandbox.adopt()
-            command = [str(self.environment.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
-            run = sandbox.run(command)
-            output = _DURATION.sub(" in <time>", run.output.replace(str(tree), "<repo>"))
-            passed = sum(int(n) for n in _PASSED.findall(output[-2000:]))
-            failed = sum(int(m[0]) for m in _FAILED.findall(output[-2000:]))
-            error = f"{run.limit} limit reached" if run.limit else None
-            ok = run.returncode == 0 and run.limit is None and passed > 0
-            return SuiteResult(feature, ok, run.returncode, passed, failed, output[-OUTPUT_TAIL:], error)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+
+    def expected_tests(self, feature: int) -> frozenset[str]:
+        """The ids of the hidden tests that pass with the feature's gold patch (one run, cached)."""
+        data = self.task.features[feature]
+        key = (
+            self.source.key,
+            self.task.name,
+            feature,
+            hashlib.sha256((data.patch + data.tests_patch).encode()).digest(),
+        )
+        if key not in _EXPECTED:
+            run = self._run_tests(filter_test_files(data.patch), data.tests_patch)
+            if run.report is None or run.limit is not None:
+                return frozenset()  # not cached: a limit or a broken environment may pass
+            _EXPECTED[key] = run.report.passed
+        return _EXPECTED[key]
 
     def evaluate(self, first_patch: str, first: int, second_patch: str, second: int) -> Evaluation:
         import time
@@ -259,3 +271,4 @@ class Evaluator:
 
 
 _ACCEPTS: dict[tuple[str, str, int, bytes], bool] = {}
+_EXPECTED: dict[tuple[str, str, int, bytes], frozenset[str]] = {}

@@ -1,28 +1,32 @@
 """Confined subprocesses: every command an agent runs, and every test run, goes through `Sandbox.run`.
 
 What confines a run, from the strongest setting down to what an unprivileged user gets
-(`probe_isolation()` says which applies on this machine):
+(`probe_isolation()` says which applies on this machine; docs/security.md has the threat model):
 
-* **limits** (always): wall time (the process group is killed), CPU seconds, address space,
-  size of any file written, open files and core dumps via `setrlimit` in the child; output
-  is captured through a pipe and capped (head and tail kept).
+* **limits** (always): wall time (the process group is killed), CPU seconds, address space
+  per process, size of any file written, open files and core dumps via `setrlimit` in the
+  child; output is captured through a pipe and capped (head and tail kept).
+* **whole-run limits** (always): memory and process count of everything the run starts, by a
+  cgroup v2 where one is delegated (`cgroups.py`), else by polling the run's resident memory
+  (with the per-process cap times the process count as the bound between polls); the bytes the
+  sandbox's writable directories hold beyond their size at its first run, polled.
 * **a scrubbed environment** (always): only `PATH`, locale, `TMPDIR` and what the caller passes;
   no `HOME`, no API keys, nothing else of the parent's environment.
+* **no new user namespaces** (Linux on x86-64 and arm64): a seccomp filter (`seccomp.py`).
 * **a dedicated user** (root only): the child drops to a user id of its own (one per
   workspace), so it cannot write outside the files that user owns, cannot signal or read the
   parent's processes, and `RLIMIT_NPROC` (which root ignores) caps its processes; leftovers
   (background processes) are killed after every run.
-* **new namespaces** (root only): a network namespace with no interface up (no network at all)
-  and a mount namespace in which home directories, world-writable temporary directories and
-  the paths given in `hidden` (the dataset with its hidden tests) are covered by empty tmpfs
-  mounts; only the paths in `readable` (the interpreter, the test environment) and the
-  workspace itself are bound back in.
+* **new namespaces** (root only): a network namespace with no interface up (no network at all),
+  a PID namespace whose `/proc` shows the sandbox user only its own processes, and a mount
+  namespace in which home directories, `/run` (the services' UNIX sockets), the temporary
+  directories and the paths given in `hidden` (the dataset with its hidden tests) are covered
+  by empty tmpfs mounts (`confine.py`); only the paths in `readable` (the interpreter, the test
+  environment), in `writable` and the workspace itself are bound back in.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import itertools
 import os
 import re
@@ -35,20 +39,23 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
-CLONE_NEWNS = 0x00020000
-CLONE_NEWIPC = 0x08000000
-CLONE_NEWNET = 0x40000000
-CLONE_NEWPID = 0x20000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
-MS_NOEXEC = 8
-PR_SET_NO_NEW_PRIVS = 38
+from scope_envs.cooperbench import cgroups
+from scope_envs.cooperbench.confine import (
+    MS_PRIVATE,
+    MS_REC,
+    NAMESPACES,
+    PR_SET_NO_NEW_PRIVS,
+    MountPlan,
+    child_setup,
+    libc,
+)
+from scope_envs.cooperbench.seccomp import UserNamespaceFilter
+from scope_envs.cooperbench.usage import Watch, disk_bytes
 
-COVERED_TMP = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
-COVERED_HOMES = ("/root", "/home")
 SANDBOX_UID_BASE = 3_000_000_000  # far above any real account and the usual subordinate-id ranges
 SANDBOX_UID_SPAN = 1_000_000_000
 _uid_counter = itertools.count()
@@ -56,7 +63,12 @@ _uid_counter = itertools.count()
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits of one run. Memory is address space (`RLIMIT_AS`)."""
+    """Resource limits of one run.
+
+    `memory_bytes` caps each process's address space (`RLIMIT_AS`), `total_memory_bytes` the
+    memory of the whole run; `disk_bytes` is how much the sandbox's writable directories may
+    grow beyond their size when it first ran (over all its runs, not per run).
+    """
 
     wall_seconds: float = 60.0
     cpu_seconds: int = 60
@@ -65,18 +77,12 @@ class Limits:
     processes: int = 64
     open_files: int = 256
     output_bytes: int = 32 * 1024
+    total_memory_bytes: int = 4 * 1024**3
+    disk_bytes: int = 1024**3
 
     def with_wall(self, seconds: float) -> Limits:
         seconds = max(1.0, seconds)
-        return Limits(
-            seconds,
-            max(1, min(self.cpu_seconds, int(seconds) + 1)),
-            self.memory_bytes,
-            self.file_bytes,
-            self.processes,
-            self.open_files,
-            self.output_bytes,
-        )
+        return replace(self, wall_seconds=seconds, cpu_seconds=max(1, min(self.cpu_seconds, int(seconds) + 1)))
 
 
 @dataclass(frozen=True)
@@ -86,16 +92,26 @@ class Isolation:
     dedicated_user: bool
     network_namespace: bool
     mount_namespace: bool
+    cgroup: bool = False  # a delegated cgroup v2 caps each run's memory and processes as a whole
+    seccomp: bool = False  # the filter refusing new user namespaces installs
 
     def describe(self) -> str:
         parts = ["rlimits", "scrubbed environment"]
         parts.append("dedicated user id" if self.dedicated_user else "same user as the caller (not root)")
         parts.append("no network (new network namespace)" if self.network_namespace else "network NOT isolated")
         parts.append(
-            "private /tmp and hidden homes (mount namespace)"
+            "private /tmp, hidden homes, /run and dataset, /proc of its own processes (mount and PID namespaces)"
             if self.mount_namespace
-            else "filesystem NOT hidden (no mount namespace)"
+            else "filesystem and processes NOT hidden (no mount namespace)"
         )
+        parts.append(
+            "whole-run memory and processes capped by a cgroup v2"
+            if self.cgroup
+            else "no cgroup v2: whole-run memory polled (bounded between polls by the per-process cap times the"
+            " process count)"
+        )
+        parts.append("disk written polled")
+        parts.append("new user namespaces refused (seccomp)" if self.seccomp else "user namespaces NOT blocked")
         return "; ".join(parts)
 
 
@@ -130,6 +146,7 @@ LIMIT_MESSAGES = {
     "processes": "the process-count limit was reached",
     "network": "network access is not available in the sandbox",
     "killed": "the command was killed by the system (CPU or memory limit)",
+    "disk": "the disk-space limit of the workspace was reached (delete files to go on)",
 }
 _DIAGNOSES = (
     ("memory", re.compile(r"MemoryError|Cannot allocate memory|std::bad_alloc|out of memory", re.IGNORECASE)),
@@ -145,28 +162,37 @@ class SandboxError(RuntimeError):
     """The sandbox could not start a run (for example a missing executable)."""
 
 
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-
-
 @lru_cache(maxsize=1)
 def probe_isolation() -> Isolation:
-    """Tries the namespaces once per process: root with mount and network namespaces gets all."""
-    if not sys.platform.startswith("linux") or os.geteuid() != 0:
+    """Tries each mechanism once per process: root with mount and network namespaces gets all."""
+    if not sys.platform.startswith("linux"):
         return Isolation(False, False, False)
-    libc = _libc()
+    seccomp = UserNamespaceFilter(libc()).available and _probe(_install_seccomp)
+    cgroup = cgroups.delegated_parent() is not None
+    if os.geteuid() != 0:
+        return Isolation(False, False, False, cgroup, seccomp)
+    c = libc()
 
     def enter() -> None:
-        if libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWPID) != 0:
-            raise OSError(ctypes.get_errno(), "unshare failed")
-        if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-            raise OSError(ctypes.get_errno(), "mount failed")
+        if c.unshare(NAMESPACES) != 0 or c.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+            raise OSError("entering the namespaces failed")
 
+    namespaces = _probe(enter)
+    return Isolation(True, namespaces, namespaces, cgroup, seccomp)
+
+
+def _install_seccomp() -> None:
+    libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    UserNamespaceFilter(libc()).install()
+
+
+def _probe(preexec: Callable[[], None]) -> bool:
+    """Whether a child that runs `preexec` before its exec starts and exits cleanly."""
     try:
-        subprocess.run(["/bin/sh", "-c", "exit 0"], preexec_fn=enter, check=True, timeout=10)
+        subprocess.run(["/bin/sh", "-c", "exit 0"], preexec_fn=preexec, check=True, timeout=10)
     except (subprocess.SubprocessError, OSError):
-        return Isolation(True, False, False)
-    return Isolation(True, True, True)
+        return False
+    return True
 
 
 def new_sandbox_uid() -> int:
@@ -179,8 +205,9 @@ class Sandbox:
     """Runs commands confined to `root`; see the module docstring.
 
     `readable`: paths the command needs that may lie under covered directories (bound back
-    read-only); `hidden`: paths covered with an empty tmpfs (the dataset, other workspaces).
-    `uid` is the dedicated user (root only); the caller makes it own `root`.
+    read-only); `writable`: more paths it may write besides `root` (bound back read-write);
+    `hidden`: paths covered with an empty tmpfs (the dataset, other workspaces). `uid` is the
+    dedicated user (root only); the caller makes it own `root` and the `writable` paths.
     """
 
     root: Path
@@ -191,6 +218,7 @@ class Sandbox:
     path_prefix: Sequence[str] = ()
     uid: int | None = None
     isolation: Isolation = field(default_factory=probe_isolation)
+    writable: Sequence[Path] = ()
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
@@ -198,6 +226,7 @@ class Sandbox:
             self.uid = new_sandbox_uid()
         if not self.isolation.dedicated_user:
             self.uid = None
+        self._disk_baseline: int | None = None
 
     # ---- ownership -------------------------------------------------------------------------------
 
@@ -214,6 +243,26 @@ class Sandbox:
                 for name in itertools.chain(dirnames, filenames):
                     os.chown(os.path.join(directory, name), self.uid, self.uid, follow_symlinks=False)
 
+    # ---- disk ------------------------------------------------------------------------------------
+
+    def disk_paths(self) -> list[Path]:
+        """The directories the sandbox writes to, whose growth `Limits.disk_bytes` caps."""
+        paths = [self.root, *(Path(p) for p in self.writable)]
+        if not self.isolation.mount_namespace:
+            paths.append(self._private_tmp())
+        return paths
+
+    def disk_cap(self, limits: Limits | None = None) -> int:
+        """The bytes the writable directories may hold: their size at the first call plus `disk_bytes`."""
+        if self._disk_baseline is None:
+            self._disk_baseline = disk_bytes(self.disk_paths())
+        return self._disk_baseline + (limits or self.limits).disk_bytes
+
+    def disk_room(self) -> int:
+        """Bytes the sandbox may still add to its writable directories (negative: over the cap)."""
+        cap = self.disk_cap()
+        return cap - disk_bytes(self.disk_paths())
+
     # ---- running -----------------------------------------------------------------------------------
 
     def run(self, argv: Sequence[str], *, limits: Limits | None = None, cwd: Path | None = None) -> RunResult:
@@ -223,54 +272,85 @@ class Sandbox:
         if workdir != self.root and self.root not in workdir.parents:
             raise SandboxError(f"the working directory {workdir} is outside the sandbox root {self.root}")
         environment = self._environment()
-        preexec = self._preexec(limits, workdir)
+        cgroup = self._cgroup(limits)
+        watch = Watch(
+            memory_bytes=None if cgroup is not None else limits.total_memory_bytes,
+            uid=self.uid,
+            disk_paths=self.disk_paths(),
+            disk_cap=self.disk_cap(limits),
+        )
         start = time.monotonic()
         try:
-            process = subprocess.Popen(  # preexec_fn: the limits are set in the child
+            process = subprocess.Popen(  # preexec_fn: the child confines itself (confine.py)
                 list(argv),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 cwd=workdir,
                 env=environment,
-                preexec_fn=preexec,
+                preexec_fn=self._preexec(limits, workdir, cgroup),
                 start_new_session=True,
                 close_fds=True,
             )
         except (OSError, subprocess.SubprocessError) as error:
+            if cgroup is not None:
+                cgroup.close()
             raise SandboxError(f"could not start {argv[0]!r}: {error}") from error
+        watch.session = process.pid
         capture = _Capture(limits.output_bytes)
-        timed_out = self._pump(process, capture, start + limits.wall_seconds)
-        returncode = process.wait()
+        try:
+            timed_out, watched = self._pump(process, capture, start + limits.wall_seconds, watch)
+            returncode = process.wait()
+        finally:
+            out_of_memory = cgroup is not None and cgroup.oom_killed()
+            if cgroup is not None:
+                cgroup.close()
         seconds = time.monotonic() - start
         output = capture.text()
-        return RunResult(returncode, output, seconds, capture.truncated, _diagnose(returncode, output, timed_out))
+        limit = watched or ("memory" if out_of_memory and not timed_out else None)
+        return RunResult(
+            returncode, output, seconds, capture.truncated, limit or _diagnose(returncode, output, timed_out)
+        )
 
     def shell(self, command: str, *, limits: Limits | None = None) -> RunResult:
         return self.run(["/bin/bash", "-c", command], limits=limits)
 
-    def _pump(self, process: subprocess.Popen[bytes], capture: _Capture, deadline: float) -> bool:
-        """Reads output until the process and everything holding its output has ended; kills on timeout."""
+    def _cgroup(self, limits: Limits) -> cgroups.RunCgroup | None:
+        parent = cgroups.delegated_parent() if self.isolation.cgroup else None
+        if parent is None:
+            return None
+        try:
+            return cgroups.RunCgroup.create(parent, limits.total_memory_bytes, limits.processes + 2)
+        except OSError as error:
+            raise SandboxError(f"could not create the run's cgroup under {parent}: {error}") from error
+
+    def _pump(
+        self, process: subprocess.Popen[bytes], capture: _Capture, deadline: float, watch: Watch
+    ) -> tuple[bool, str | None]:
+        """Reads output until the process and everything holding its output has ended; kills on a limit.
+
+        Returns whether the wall time ran out and the whole-run limit the watch saw exceeded, if any.
+        """
         assert process.stdout is not None
         fd = process.stdout.fileno()
         os.set_blocking(fd, False)
         selector = selectors.DefaultSelector()
         selector.register(fd, selectors.EVENT_READ)
-        timed_out, eof, drain_until = False, False, None
+        timed_out, watched, eof, drain_until = False, None, False, None
         try:
             while not eof:
                 now = time.monotonic()
-                if not timed_out and now >= deadline:
+                if drain_until is None and not timed_out and now >= deadline:
                     timed_out = True
-                    self._kill(process)
-                    drain_until = now + 2.0
-                if process.poll() is not None and drain_until is None:
+                if drain_until is None and not timed_out and process.poll() is None:
+                    watched = watch.check(now)
+                if drain_until is None and (timed_out or watched or process.poll() is not None):
                     self._kill(process)  # background processes left behind share the pipe
                     drain_until = now + 2.0
                 if drain_until is not None and now >= drain_until:
                     break
                 limit = deadline if drain_until is None else drain_until
-                for _ in selector.select(timeout=max(0.0, min(0.2, limit - now))):
+                for _ in selector.select(timeout=max(0.0, min(watch.interval, limit - now))):
                     try:
                         chunk = os.read(fd, 65536)
                     except BlockingIOError:
@@ -283,7 +363,7 @@ class Sandbox:
             selector.close()
             process.stdout.close()
             self._kill(process)
-        return timed_out
+        return timed_out, watched
 
     def _kill(self, process: subprocess.Popen[bytes]) -> None:
         """Kills the run's process group and, with a dedicated user, every process of that user."""
@@ -315,18 +395,13 @@ class Sandbox:
             os.chown(tmp, self.uid, self.uid)
         return tmp
 
-    def _preexec(self, limits: Limits, workdir: Path) -> Callable[[], None]:
-        """The function the child runs between fork and exec; everything it needs is computed here."""
-        libc = _libc()
-        namespaces = self.isolation.mount_namespace
-        covered = [p for p in (*COVERED_HOMES, *COVERED_TMP) if os.path.isdir(p) and not os.path.islink(p)]
-        covered += [str(Path(p).resolve()) for p in self.hidden if Path(p).is_dir()]
-        covered = [c for c in dict.fromkeys(covered) if not any(_under(c, other) for other in covered if other != c)]
+    def _preexec(self, limits: Limits, workdir: Path, cgroup: cgroups.RunCgroup | None) -> Callable[[], None]:
+        """The function the child runs between fork and exec (confine.py); computed here, in the parent."""
         keep = [(str(Path(p).resolve()), False) for p in self.readable if Path(p).exists()]
+        keep += [(str(Path(p).resolve()), True) for p in self.writable if Path(p).exists()]
         keep.append((str(self.root), True))
-        tmpfs_options = b"size=64m,mode=1777"
-        uid = self.uid
-        processes = limits.processes if uid is not None else _own_process_count() + limits.processes
+        plan = MountPlan.build([str(Path(p).resolve()) for p in self.hidden if Path(p).is_dir()], keep)
+        processes = limits.processes if self.uid is not None else _own_process_count() + limits.processes
         rlimits = [
             (resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1),
             (resource.RLIMIT_AS, limits.memory_bytes, limits.memory_bytes),
@@ -335,80 +410,15 @@ class Sandbox:
             (resource.RLIMIT_CORE, 0, 0),
             (resource.RLIMIT_NPROC, processes, processes),
         ]
-        o_path = getattr(os, "O_PATH", os.O_RDONLY)
-
-        def mount(source: str | None, target: str, fstype: str | None, flags: int, data: bytes | None) -> None:
-            source_b = source.encode() if source is not None else None
-            fstype_b = fstype.encode() if fstype is not None else None
-            if libc.mount(source_b, target.encode(), fstype_b, flags, data) != 0:
-                raise OSError(ctypes.get_errno(), f"mount {target} failed")
-
-        def confine() -> None:
-            if namespaces:
-                if libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWPID) != 0:
-                    raise OSError(ctypes.get_errno(), "unshare failed")
-                mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-                handles = [(os.open(path, o_path), path, writable) for path, writable in keep]
-                for directory in covered:
-                    mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options)
-                for handle, path, writable in handles:
-                    if any(path == c or _under(path, c) for c in covered):
-                        os.makedirs(path, exist_ok=True)
-                        mount(f"/proc/self/fd/{handle}", path, None, MS_BIND | MS_REC, None)
-                        if not writable:
-                            flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV
-                            mount(None, path, None, flags, None)
-                    os.close(handle)
-                os.chdir(workdir)
-            for kind, soft, hard in rlimits:
-                resource.setrlimit(kind, (soft, hard))
-            if namespaces:
-                # The command becomes process 1 of a new PID namespace: when it ends, the kernel
-                # kills and reaps everything it left behind. This process only relays its status.
-                child = os.fork()
-                if child != 0:
-                    _relay_exit(child)
-                mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
-                # Process 1 ignores signals it has no handler for (SIGXCPU among them), so the
-                # command runs as process 2 under a minimal init that reaps and relays.
-                command = os.fork()
-                if command != 0:
-                    _relay_exit(command, reap=True)
-            if uid is not None:
-                os.setgroups([])
-                os.setresgid(uid, uid, uid)
-                os.setresuid(uid, uid, uid)
-            libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-
-        return confine
-
-
-def _under(path: str, directory: str) -> bool:
-    return path.startswith(directory.rstrip("/") + "/")
-
-
-def _relay_exit(child: int, *, reap: bool = False) -> None:  # pragma: no cover - runs between fork and exec
-    """Waits for `child` and ends this process the same way (exit status or signal).
-
-    With `reap`, it also collects every other process that ends meanwhile (it is process 1).
-    """
-    os.closerange(3, 65536)  # among them the pipe that tells the parent the exec happened
-    try:
-        while True:
-            pid, status = os.wait() if reap else os.waitpid(child, 0)
-            if pid == child:
-                break
-    except BaseException:
-        os._exit(125)
-    if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        try:
-            signal.signal(number, signal.SIG_DFL)
-            os.kill(os.getpid(), number)
-        except (OSError, ValueError):
-            pass
-        os._exit(128 + number)
-    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 125)
+        return child_setup(
+            namespaces=self.isolation.mount_namespace,
+            plan=plan,
+            workdir=str(workdir),
+            rlimits=rlimits,
+            uid=self.uid,
+            cgroup=cgroup,
+            seccomp=UserNamespaceFilter(libc()) if self.isolation.seccomp else None,
+        )
 
 
 def kill_all_of_user(uid: int) -> None:

@@ -31,11 +31,16 @@ KNOWN_SDISTS = {"pallets_jinja_task": ("Jinja2", "3.0.3")}
 
 @dataclass(frozen=True)
 class Recipe:
-    """How a repository's tests run: pytest in a venv holding `requirements`, the code on `python_path`."""
+    """How a repository's tests run: pytest in a venv holding `requirements`, the code on `python_path`.
+
+    `plugins`: the pytest plugin modules the tests need; grading loads these by name and no
+    others (entry points are ignored, so that a tree cannot bring its own).
+    """
 
     requirements: tuple[str, ...]
     python_path: tuple[str, ...] = ("src", ".")
     install_base: bool = False  # also install the base tree's own dependencies (`pip install <base>`)
+    plugins: tuple[str, ...] = ()
 
 
 RECIPES = {"pallets_jinja_task": Recipe(("pytest==8.3.5", "MarkupSafe==2.1.5"), ("src",))}

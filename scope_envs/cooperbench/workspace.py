@@ -1,9 +1,10 @@
 """A side's workspace: a private copy of the base tree, its file tools, its commands and its diff.
 
 File tools run in this process, so every path is checked here: relative, no `..`, and its real
-path (symlinks followed) inside the workspace. Commands run in the workspace's `Sandbox` as a
-user that owns only this workspace. The diff is taken with a git directory kept outside the
-workspace, where the agent's commands cannot reach it.
+path (symlinks followed) inside the workspace; and so are sizes: no file over `MAX_FILE_BYTES` is
+read or made, no `write_file` over `MAX_WRITE_BYTES`, and no write beyond the sandbox's disk cap.
+Commands run in the workspace's `Sandbox` as a user that owns only this workspace. The diff is
+taken with a git directory kept outside the workspace, where the agent's commands cannot reach it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from scope_envs.core.tools import ToolError
 IGNORED = ("__pycache__/", "*.pyc", ".pytest_cache/", "*.egg-info/", ".mypy_cache/", ".ruff_cache/")
 MAX_READ_CHARS = 60_000
 MAX_WRITE_BYTES = 2 * 1024**2
+MAX_FILE_BYTES = 8 * 1024**2
 MAX_LISTED = 400
 
 
@@ -128,6 +130,7 @@ class Workspace:
         target = self.resolve(path, must_exist=False)
         if target.is_dir():
             raise ToolError(f"'{path}' is a directory")
+        self._check_room(target, len(encoded))
         created = self._make_parents(target.parent)
         _write_bytes(target, encoded)
         self.sandbox.adopt(target)
@@ -147,10 +150,23 @@ class Workspace:
             raise ToolError(f"'old' does not occur in {path}; read the file and copy the text exactly")
         if count > 1 and not replace_all:
             raise ToolError(f"'old' occurs {count} times in {path}; give more context or set replace_all")
+        replaced = count if replace_all else 1
+        size = _encoded_size(text)
+        growth = replaced * (_encoded_size(new) - _encoded_size(old))
+        if size + growth > MAX_FILE_BYTES:  # checked before the new text is built in this process's memory
+            raise ToolError(f"the result would be {size + growth} bytes, over the file limit of {MAX_FILE_BYTES}")
+        self._check_room(target, size + growth)
         updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
         _write_bytes(target, updated.encode("utf-8", "surrogateescape"))
         self.sandbox.adopt(target)
         return f"replaced {count if replace_all else 1} occurrence(s) in {self.relative(target)}"
+
+    def _check_room(self, target: Path, size: int) -> None:
+        """Refuses a write that would take the workspace over the sandbox's disk cap."""
+        current = os.lstat(target).st_size if os.path.lexists(target) else 0
+        room = self.sandbox.disk_room()
+        if size - current > room:
+            raise ToolError(f"the workspace is at its disk-space limit ({max(room, 0)} bytes left); delete files first")
 
     def run(self, command: str, timeout: float) -> RunResult:
         return self.sandbox.shell(command, limits=self.sandbox.limits.with_wall(timeout))
@@ -200,9 +216,20 @@ def _open_regular(path: Path, flags: int) -> int:
     return fd
 
 
+def _encoded_size(text: str) -> int:
+    """The size of `text` as written back (undecodable bytes of the file come back as they were)."""
+    try:
+        return len(text.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError:
+        return len(text.encode("utf-8", "surrogatepass"))
+
+
 def _read_bytes(path: Path) -> bytes:
     with os.fdopen(_open_regular(path, os.O_RDONLY), "rb") as handle:
-        return handle.read(8 * 1024**2)
+        data = handle.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ToolError(f"the file is over the {MAX_FILE_BYTES}-byte limit of the file tools; use run_command")
+    return data
 
 
 def _write_bytes(path: Path, data: bytes) -> None:

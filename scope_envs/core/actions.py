@@ -20,6 +20,7 @@ from typing import Any
 from scope_envs.core.chat import Message, ToolCall
 
 MALFORMED_CALL_NAME = "malformed_tool_call"
+SURROGATES = "the text held unpaired surrogates; they were replaced with U+FFFD"
 _TAGGED_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL)
 _CODE_FENCE = re.compile(r"\A```(?:json)?\s*(.*?)\s*```\Z", re.DOTALL)
 _LOOKS_LIKE_CALL = re.compile(r"\A[\[{].*[\"'](?:name|tool_calls|function)[\"']\s*:", re.DOTALL)
@@ -50,11 +51,42 @@ def clean_text(text: str) -> tuple[str, bool]:
 
 
 def parse_action(action: Any) -> ParsedAction:
-    """Parses one action; never raises."""
+    """Parses one action; never raises. Every string of the result encodes as UTF-8."""
     try:
-        return _parse(action)
+        return _repaired(_parse(action))
     except Exception as error:  # a parser bug must not take a training run down with it
-        return ParsedAction(None, invalid=f"could not read the action: {type(error).__name__}: {error}")
+        return ParsedAction(None, invalid=f"could not read the action: {type(error).__name__}: {error!r}"[:500])
+
+
+def _repaired(parsed: ParsedAction) -> ParsedAction:
+    """Lone surrogates anywhere in the message (content parts, tool names, arguments, ids; JSON
+    escapes such as `"\\ud800"` decode to them) become U+FFFD, as they do in plain text."""
+    message = parsed.message
+    if message is None:
+        return parsed
+    clean = replace(
+        message,
+        content=_clean(message.content),
+        tool_calls=tuple(
+            replace(call, name=_clean(call.name), arguments=_clean(call.arguments), id=_clean(call.id))
+            for call in message.tool_calls
+        ),
+        extra=_clean(dict(message.extra)),
+    )
+    if clean == message:
+        return parsed
+    warnings = parsed.warnings if SURROGATES in parsed.warnings else (*parsed.warnings, SURROGATES)
+    return replace(parsed, message=clean, warnings=warnings)
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return clean_text(value)[0]
+    if isinstance(value, list):
+        return [_clean(item) for item in value]
+    if isinstance(value, dict):
+        return {_clean(key): _clean(item) for key, item in value.items()}
+    return value
 
 
 def _parse(action: Any) -> ParsedAction:
@@ -78,7 +110,7 @@ def _parse(action: Any) -> ParsedAction:
         )
     text, replaced = clean_text(action)
     if replaced:
-        warnings.append("the text held unpaired surrogates; they were replaced with U+FFFD")
+        warnings.append(SURROGATES)
     return _from_text(text, warnings)
 
 
@@ -89,7 +121,7 @@ def _from_message(message: Message, warnings: list[str]) -> ParsedAction:
     if isinstance(content, str):
         content, replaced = clean_text(content)
         if replaced:
-            warnings.append("the text held unpaired surrogates; they were replaced with U+FFFD")
+            warnings.append(SURROGATES)
     message = replace(message, role="assistant", content=content, tool_call_id=None)
     errors = {index: error for index, call in enumerate(message.tool_calls) if (error := _argument_error(call))}
     return ParsedAction(message, errors, warnings=tuple(warnings))

@@ -169,7 +169,8 @@ class DialogueBatch:
 
     def fail(self, index: int, error: str) -> None:
         """Ends episode `index` as a truncation because its policy could not reply."""
-        self._record(index, self.envs[index].abort("policy_error", error))
+        env = self.envs[index]
+        self._record(index, env.take_turn(env.to_speak, PolicyError(error)))
 
     def _record(self, i: int, transition: Transition) -> None:
         _, rewards, _, _, infos = transition
@@ -188,6 +189,12 @@ class DialogueBatch:
             messages={side: infos[side]["messages"] for side in SIDES},
             transcript=env.render() or "",
         )
+
+
+def play_turn(env: DialogueEnv, side: str, policy: Any, info: Mapping[str, Any], seed: int | None) -> Transition:
+    """One turn of `side` on `env`, played by `policy` from `side`'s current `info` (its view and
+    tools): the policy's reply, or the episode's failure when the policy could not reply."""
+    return env.take_turn(side, reply_or_error(policy, info["messages"], info["tools"], seed))
 
 
 def respond_all(policy: ChatPolicy, pending: Sequence[Pending]) -> dict[int, Any]:

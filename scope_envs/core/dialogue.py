@@ -33,7 +33,7 @@ from scope_envs.core.actions import parse_action
 from scope_envs.core.chat import Message, ToolCall, tool_name
 from scope_envs.core.policy import PolicyError
 from scope_envs.core.render import render_transcript, render_view
-from scope_envs.core.spaces import UnicodeText
+from scope_envs.core.spaces import UnicodeText, fit_to_space
 from scope_envs.core.tools import ToolError, validate_arguments
 
 AGENT = "agent"
@@ -104,11 +104,13 @@ class ToolResult:
 
 @dataclass(frozen=True)
 class EpisodeEnd:
-    """Why an episode ended. `terminated` is False for every limit (a truncation)."""
+    """Why an episode ended. `terminated` is False for every limit (a truncation); `side` is the
+    side whose own actions broke a limit (the error budget), when one did."""
 
     reason: str
     terminated: bool
     detail: str = ""
+    side: str | None = None
 
 
 def estimate_tokens(messages: Sequence[Message]) -> int:
@@ -197,6 +199,11 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
     def compute_rewards(self, end: EpisodeEnd) -> dict[str, Reward]:
         """Each side's terminal reward, computed once when the episode ends (terminated or truncated)."""
 
+    def worst_reward(self, side: str) -> float:
+        """The lowest reward `side` can get in this benchmark. A side that exhausts its error budget
+        gets it, whatever `compute_rewards` says: no side can gain by breaking the protocol."""
+        return 0.0
+
     def observe(self, side: str) -> Any:
         """`side`'s observation: by default its view rendered as text."""
         return render_view(self.views[side])
@@ -224,25 +231,46 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
     ) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
         if seed is not None:
             self._np_random, self._np_random_seed = seeding.np_random(seed)
-        options = dict(options or {})
-        unknown = set(options) - KNOWN_OPTIONS - set(self.extra_options)
-        if unknown:
-            warnings.warn(f"{type(self).__name__}.reset ignores unknown options {sorted(unknown)}", stacklevel=2)
-        scenario = self.load_scenario(self.np_random, options)
+        options = self._checked_options(options)
+        try:
+            scenario = self.load_scenario(self.np_random, options)
+        except (KeyError, IndexError) as error:  # a lookup of what the options named
+            raise ValueError(
+                f"{type(self).__name__}.reset: no scenario for options {options!r} ({type(error).__name__}: {error})"
+            ) from error
         self.scenario = scenario
         self.agents = list(SIDES)
         self.views = {side: [Message("system", scenario.system_prompts.get(side, ""))] for side in SIDES}
         self.log: list[tuple[str, Message]] = []  # every message in order, for render()
         self.turns = 0
-        self.errors = 0
+        self.errors = 0  # both sides' invalid actions and failed tool calls
+        self.side_errors = dict.fromkeys(SIDES, 0)
         self.tool_calls_this_turn = 0
         self.end = None
         self.to_speak = scenario.first_speaker
         for side, text in scenario.opening:
             self._speak(side, Message("assistant", text))
-        return {side: self.observe(side) for side in SIDES}, {side: self._info(side) for side in SIDES}
+        return {side: self._observation(side) for side in SIDES}, {side: self._info(side) for side in SIDES}
 
     extra_options: ClassVar[tuple[str, ...]] = ()
+
+    def _checked_options(self, options: Any) -> dict[str, Any]:
+        name = type(self).__name__
+        if options is None:
+            return {}
+        if not isinstance(options, Mapping):
+            raise TypeError(
+                f"{name}.reset(options=...) takes a dict such as {{'task_id': ..., 'split': 'train'}} or None, "
+                f"got {type(options).__name__}"
+            )
+        options = dict(options)
+        for key in ("task_id", "split"):
+            if options.get(key) is not None and not isinstance(options[key], str):
+                raise TypeError(f"{name}.reset: options[{key!r}] must be a string, got {options[key]!r}")
+        unknown = set(options) - KNOWN_OPTIONS - set(self.extra_options)
+        if unknown:
+            warnings.warn(f"{name}.reset ignores unknown options {sorted(map(str, unknown))}", stacklevel=3)
+        return options
 
     def step(self, actions: Mapping[str, Any]) -> Transition:
         """Consumes the action of the side to speak; the other side's action is ignored."""
@@ -250,8 +278,16 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
             raise RuntimeError("the episode is over (or never started): call reset() before step()")
         speaker = self.to_speak
         assert speaker is not None
+        if not isinstance(actions, Mapping):
+            raise TypeError(
+                f"step(actions) takes a dict mapping each side to its action, e.g. {{{speaker!r}: ...}}; "
+                f"got {type(actions).__name__}"
+            )
         if speaker not in actions:
-            raise ValueError(f"it is {speaker!r}'s turn but actions has no entry for it (got {sorted(actions)})")
+            raise ValueError(
+                f"it is {speaker!r}'s turn but actions has no entry for it (got keys {sorted(map(repr, actions))}); "
+                f"pass {{{speaker!r}: action}}"
+            )
         event = self._consume(speaker, actions[speaker])
         if self.end is None:
             self._check_limits()
@@ -295,12 +331,12 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
         try:
             action = self.interpret_action(speaker, action)
         except InvalidAction as error:
-            self.errors += 1
+            self._count_error(speaker)
             return {"event": "invalid_action", "error": str(error)}
         parsed = parse_action(action)
         event: dict[str, Any] = {"warnings": list(parsed.warnings)} if parsed.warnings else {}
         if parsed.message is None:
-            self.errors += 1
+            self._count_error(speaker)
             return {**event, "event": "invalid_action", "error": parsed.invalid}
         message = parsed.message
         if not message.tool_calls:
@@ -327,7 +363,7 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
             else:
                 output = f"Error: {error}"
             if error is not None:
-                self.errors += 1
+                self._count_error(speaker)
             reply = Message("tool", output, tool_call_id=call.id, name=call.name)
             self.views[speaker].append(reply)
             self.log.append((speaker, reply))
@@ -366,9 +402,15 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
         self.tool_calls_this_turn = 0
         self.to_speak = other_side(speaker)
 
+    def _count_error(self, side: str) -> None:
+        self.errors += 1
+        self.side_errors[side] += 1
+
     def _check_limits(self) -> None:
-        if self.errors > self.max_errors:
-            self.end = EpisodeEnd("error_budget", terminated=False, detail=f"{self.errors} errors > {self.max_errors}")
+        over = [side for side in SIDES if self.side_errors[side] > self.max_errors]
+        if over:
+            detail = f"{over[0]} made {self.side_errors[over[0]]} errors > {self.max_errors}"
+            self.end = EpisodeEnd("error_budget", terminated=False, detail=detail, side=over[0])
         elif self.tool_calls_this_turn > self.max_tool_calls_per_turn:
             self.end = EpisodeEnd(
                 "tool_call_budget", terminated=False, detail=f"{self.tool_calls_this_turn} tool calls in one turn"
@@ -391,10 +433,12 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
         if done:
             assert self.end is not None
             reward_info = self.compute_rewards(self.end)
+            if self.end.reason == "error_budget" and self.end.side is not None:
+                reward_info[self.end.side] = self._penalty(self.end.side, reward_info[self.end.side])
             rewards = {side: float(reward_info[side].value) for side in SIDES}
             self.to_speak = None
             self.agents = []
-        observations = {side: self.observe(side) for side in SIDES}
+        observations = {side: self._observation(side) for side in SIDES}
         infos = {side: self._info(side) for side in SIDES}
         for side, event in events.items():
             infos[side].update(copy.deepcopy(event))
@@ -410,6 +454,14 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
         if self.render_mode == "human":
             self.render()
         return observations, rewards, terminated, truncated, infos
+
+    def _penalty(self, side: str, earned: Reward) -> Reward:
+        details = {**earned.details, "penalty": "exhausted its error budget", "reward_before_penalty": earned.value}
+        return Reward(self.worst_reward(side), earned.components, details)
+
+    def _observation(self, side: str) -> Any:
+        """What `observe` renders, kept inside the declared space (over-long text is cut)."""
+        return fit_to_space(self.observation_space(side), self.observe(side))
 
     def _info(self, side: str) -> dict[str, Any]:
         assert self.scenario is not None

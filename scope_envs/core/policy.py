@@ -43,6 +43,15 @@ class SimulatorError(PolicyError):
     """A simulator backend could not produce a usable reply; a `PolicyError` like any other."""
 
 
+class FatalPolicyError(RuntimeError):
+    """A failure that no retry and no other episode can avoid: a rejected API key, an unknown
+    model, a request the API refuses whatever the conversation.
+
+    Deliberately not a `PolicyError`: views, batches and rollouts let it propagate, so it ends the
+    whole run at once with its message instead of truncating every episode as `policy_error`.
+    """
+
+
 @runtime_checkable
 class ChatPolicy(Protocol):
     """Anything that answers a view: `respond(messages, tools=None, *, seed=None)`.

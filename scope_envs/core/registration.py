@@ -109,4 +109,5 @@ def reply_rules_for(system_prompt: str) -> list[str]:
 
 @cache
 def _load_rules() -> tuple[ReplyRule, ...]:
-    return tuple(rule for info in REGISTERED.values() if info.reply_rules for rule in import_object(info.reply_rules))
+    paths = dict.fromkeys(info.reply_rules for info in REGISTERED.values() if info.reply_rules)  # each once
+    return tuple(rule for path in paths for rule in import_object(path))

@@ -105,14 +105,21 @@ def collect_chat(
 ) -> list[Episode]:
     """Plays chat episodes; see the module docstring."""
     seeds, options, group_of = [], [], []
-    for index, (group, scenario) in enumerate(zip(groups, scenarios_of(make_env(), groups, split), strict=True)):
+    probe = make_env()
+    scenarios = scenarios_of(probe, groups, split)
+    probe.close()
+    for index, (group, scenario) in enumerate(zip(groups, scenarios, strict=True)):
         for member in range(group_size):
             seeds.append(derive_seed(group.seed, member))
             options.append({"task_id": scenario})
             group_of.append(index)
     batch = DialogueBatch([make_env() for _ in seeds])
     batch.reset(seeds=seeds, options=options)
-    batch.play(lambda index, side: groups[group_of[index]].players[side], before_turn=before_turn)
+    try:
+        batch.play(lambda index, side: groups[group_of[index]].players[side], before_turn=before_turn)
+    finally:
+        for env in batch.envs:
+            env.close()
     episodes = []
     for index, result in enumerate(batch.results):
         assert result is not None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from gymnasium.spaces import Text
+from gymnasium.spaces import Dict, Text
 
 # A small word list so that `sample()` yields utterances a dialogue env can meaningfully consume.
 _SAMPLE_WORDS = (
@@ -59,3 +59,21 @@ class UnicodeText(Text):
 
     def __hash__(self) -> int:
         return hash((UnicodeText, self.min_length, self.max_length))
+
+
+def fit_to_space(space: Any, observation: Any) -> Any:
+    """`observation` made a member of `space` where text is too long for it: the end of the text is
+    kept (the latest turns) after a marker saying how much was cut. Other values are returned as
+    they are; `Dict` spaces are fitted entry by entry."""
+    if isinstance(space, Text) and isinstance(observation, str) and len(observation) > space.max_length:
+        keep = space.max_length - len(_cut_marker(len(observation)))  # the marker never gets longer than this
+        if keep <= 0:
+            return observation[len(observation) - space.max_length :]
+        return _cut_marker(len(observation) - keep) + observation[len(observation) - keep :]
+    if isinstance(space, Dict) and isinstance(observation, dict):
+        return {key: fit_to_space(space.spaces.get(key), value) for key, value in observation.items()}
+    return observation
+
+
+def _cut_marker(cut: int) -> str:
+    return f"[... {cut} earlier characters cut ...]\n"

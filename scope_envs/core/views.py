@@ -18,8 +18,9 @@ from typing import Any, ClassVar
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
+from scope_envs.core.batch import play_turn
 from scope_envs.core.dialogue import AGENT, SIDES, USER, DialogueEnv, Transition, other_side
-from scope_envs.core.policy import is_deterministic, reply_or_error
+from scope_envs.core.policy import is_deterministic
 from scope_envs.core.registration import find_env
 from scope_envs.core.seeding import MAX_SEED, derive_seed
 from scope_envs.core.specs import import_object, resolve_policy
@@ -118,10 +119,10 @@ class DialogueView(gym.Env[str, Any]):
         """Lets the partner take its turns until this side is to speak or the episode ends."""
         partner_errors: list[str] = []
         while self.dialogue.end is None and self.dialogue.to_speak == self.partner_side:
-            view = transition[4][self.partner_side]
             seed = derive_seed(self._episode_seed, len(self.dialogue.log))
-            reply = reply_or_error(self.partner, view["messages"], view["tools"], seed)
-            transition = self.dialogue.take_turn(self.partner_side, reply)
+            transition = play_turn(
+                self.dialogue, self.partner_side, self.partner, transition[4][self.partner_side], seed
+            )
             partner_errors.extend(_errors_of(transition[4][self.partner_side]))
         observations, rewards, terminations, truncations, infos = transition
         info = infos[self.side]

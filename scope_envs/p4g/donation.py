@@ -81,6 +81,19 @@ _BARE_CUE = re.compile(
     re.IGNORECASE,
 )
 _CLAUSES = re.compile(r"(?<!\d)[.!?;](?!\d)|\bbut\b|\bhowever\b|\binstead\b|\n", re.IGNORECASE)
+# The cue patterns above read at most a few words before an amount; they are searched in this many
+# characters before it (cut at a space), so that parsing stays linear in the length of a message.
+LOOKBEHIND = 200
+
+
+def _recent(clause: str, end: int) -> str:
+    """The text before position `end` that a cue can reach: the last `LOOKBEHIND` characters,
+    starting at a word boundary."""
+    start = end - LOOKBEHIND
+    if start <= 0:
+        return clause[:end]
+    space = clause.find(" ", start, end)
+    return clause[space if space >= 0 else start : end]
 
 
 def _words_value(text: str) -> float | None:
@@ -105,7 +118,7 @@ def _number(text: str) -> float:
 
 def _amount_value(match: re.Match[str], clause: str) -> float | None:
     groups = match.groupdict()
-    before, after = clause[: match.start()], clause[match.end() :]
+    before, after = _recent(clause, match.start()), clause[match.end() :]
     if groups["dollar_sign"]:
         value = _number(groups["dollar_sign"])
         return value / 100 if groups["sign_cents"] and value >= 1 else value
@@ -155,7 +168,7 @@ def _clause_donation(clause: str) -> float | None:
     if _REFUSAL.search(clause):
         return None
     for match in _AMOUNT.finditer(clause):
-        if _NOT_A_DONATION.search(clause[: match.start()]):
+        if _NOT_A_DONATION.search(_recent(clause, match.start())):
             continue
         value = _amount_value(match, clause)
         if value is not None:

@@ -72,6 +72,7 @@ PERSUADEE_TEXT: dict[str, str] = {
 }
 
 _BRACKETED = re.compile(r"\[\s*([a-z0-9.\-]+)\s*\]")
+_INDEX = re.compile(r"[0-9]{1,4}")
 
 
 def act_text(acts: tuple[str, ...], index: int) -> str:
@@ -82,8 +83,8 @@ def act_text(acts: tuple[str, ...], index: int) -> str:
 def parse_act(acts: tuple[str, ...], text: str) -> int | None:
     """The act a text turn states: `[act-name] ...`, a bare act name, or an act's index; None if none."""
     stripped = text.strip().lower()
-    if stripped.isdigit() and int(stripped) < len(acts):
-        return int(stripped)
+    if _INDEX.fullmatch(stripped):  # ASCII digits only: "²" is a digit to str.isdigit, not to int()
+        return int(stripped) if int(stripped) < len(acts) else None
     match = _BRACKETED.search(stripped)
     if match and match.group(1) in acts:
         return acts.index(match.group(1))

@@ -2,6 +2,8 @@
 
     python -m scope_envs.persuasion_acts.calibrate --data PATH/TO/p4g [--out reference.json]
 
+(needs the `calibrate` extra: scipy and openpyxl)
+
 Reads `300_dialog.xlsx` (per-sentence act labels of 300 dialogues), `300_info.xlsx` (donations)
 and `full_info.csv` (personas), turns every persuader turn and the persuadee turn answering it
 into one event (the persuader's act, the features of the moment, the persuadee's reply act), and

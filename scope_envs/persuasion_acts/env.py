@@ -131,7 +131,8 @@ class PersuasionActsEnv(DialogueEnv):
 
     def persona(self, task_id: str) -> np.ndarray:
         split, _, number = task_id.partition("-")
-        if split not in self.personas or not number.isdigit() or int(number) >= len(self.personas[split]):
+        known = split in self.personas and re.fullmatch(r"[0-9]{5}", number)
+        if not known or int(number) >= len(self.personas[split]):
             raise ValueError(f"unknown PersuasionActs task_id {task_id!r}: use e.g. 'train-00042' or 'test-00007'")
         return self.personas[split][int(number)]
 
@@ -174,6 +175,8 @@ class PersuasionActsEnv(DialogueEnv):
     def _act(self, speaker: str, action: Any) -> int:
         """The act index; `InvalidAction` says why the action is not one."""
         acts = ACTS[speaker]
+        if isinstance(action, np.ndarray) and action.shape == () and np.issubdtype(action.dtype, np.integer):
+            action = int(action)  # a 0-d array, as vectorized RL code hands a Discrete action over
         if isinstance(action, (int, np.integer)) and not isinstance(action, bool):
             act: int | None = int(action) if 0 <= int(action) < len(acts) else None
         else:  # text, or a message as a policy returns it
@@ -211,7 +214,7 @@ class PersuasionActsEnv(DialogueEnv):
         return {"features": features.astype(np.float32), "text": render_view(self.views[side])}
 
     def side_info(self, side: str) -> dict[str, Any]:
-        return {"action_mask": self.allowed(side)}
+        return {"action_mask": self.allowed(side).tolist()}
 
 
 def parallel_env(**kwargs: Any) -> PersuasionActsEnv:

@@ -32,6 +32,7 @@ def collect(
 ) -> list[Episode]:
     env = make_env()
     scenarios = [scenario for scenario in scenarios_of(env, groups, split) for _ in range(group_size)]
+    env.close()
     group_of = np.repeat(np.arange(len(groups)), group_size)
     batch = ActsBatch(np.array([env.persona(s) for s in scenarios]), env.exchanges)
     rng = np.random.default_rng([*key, 0xAC7])

@@ -31,6 +31,7 @@ from scope_envs.core.dialogue import (
     user_reward_from,
 )
 from scope_envs.core.tools import ToolError
+from scope_envs.tau2.calculate import check_expression
 from scope_envs.tau2.domain import Tau2Domain, load_domain
 from scope_envs.tau2.prompts import (
     AGENT_STOP,
@@ -147,6 +148,8 @@ class Tau2Env(DialogueEnv):
     def call_tool(self, side: str, call: ToolCall) -> str | ToolResult:
         from tau2.data_model.message import ToolCall as Tau2ToolCall
 
+        if call.name == "calculate" and isinstance(call.args.get("expression"), str):
+            check_expression(call.args["expression"])
         tau2_call = Tau2ToolCall(id=call.id, name=call.name, arguments=call.args, requestor="assistant")
         response = self.environment.get_response(tau2_call)  # tau2's own execution and serialisation
         self.executed_calls.append(tau2_call)
