@@ -379,8 +379,7 @@ class Trainer:
         bar = tqdm(total=self.config.steps, initial=self.step, desc="train", unit="step", disable=not progress)
         try:
             while self.step < self.config.steps:
-                record = self.advance()
-                log.write(record)
+                record = self.advance(log.write)
                 if on_step is not None:
                     on_step(record)
                 bar.update(1)
@@ -394,17 +393,23 @@ class Trainer:
         plot_curves(history, self.output)
         return history
 
-    def advance(self) -> dict[str, Any]:
-        """One training step, then what is due after it (a pool snapshot, evaluation, a checkpoint)."""
+    def advance(self, write: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """One training step, then what is due after it (a pool snapshot, evaluation, its metrics
+        line through `write`, a checkpoint)."""
         record = self.train_step(self.step)
         self.step += 1
         if self.pool is not None and self.step % self.config.pool_every == 0:
             self.pool.add(self.learners[USER].policy.save, step=self.step)
         if self.step % self.config.eval_every == 0 or self.step == self.config.steps:
             record.update(self.evaluate(self.step))
-        if self.step % self.config.checkpoint_every == 0 or self.step == self.config.steps:
-            self.save()
+        checkpoint = self.step % self.config.checkpoint_every == 0 or self.step == self.config.steps
+        if checkpoint:
             record["disk_mb"] = disk_megabytes(self.output)
+        # Metrics before the checkpoint: a crash in between replays this step (resume drops metrics
+        # past the checkpoint) instead of losing its line.
+        write(record)
+        if checkpoint:
+            self.save()
         return record
 
     def start_fresh(self, *, overwrite: bool = True) -> None:

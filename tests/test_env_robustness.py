@@ -82,6 +82,8 @@ def test_misuse_of_the_api_names_the_argument():
     with pytest.raises(TypeError, match=r"options=\.\.\.\) takes a dict"):
         env.reset(options=5)
     with pytest.raises(TypeError, match=r"options\['task_id'\] must be a string"):
+        env.reset(options={"task_id": 5.0})
+    with pytest.raises(ValueError, match="unknown P4G task_id '5'"):
         env.reset(options={"task_id": 5})
     with pytest.raises(TypeError, match=r"options\['split'\] must be a string"):
         env.reset(options={"split": 3})
