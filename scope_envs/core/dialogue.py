@@ -265,7 +265,7 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
             )
         options = dict(options)
         if isinstance(options.get("task_id"), int) and not isinstance(options["task_id"], bool):
-            options["task_id"] = str(options["task_id"])  # numbered tasks (tau2's "5")
+            options["task_id"] = str(options["task_id"])  # benchmarks with numbered tasks
         for key in ("task_id", "split"):
             if options.get(key) is not None and not isinstance(options[key], str):
                 raise TypeError(f"{name}.reset: options[{key!r}] must be a string, got {options[key]!r}")
