@@ -215,15 +215,16 @@ class Evaluator:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
+    def _feature_key(self, feature: int) -> tuple[str, str, int, bytes]:
+        """What a feature's cached facts depend on: the source, the task, the feature's patches."""
+        data = self.task.features[feature]
+        digest = hashlib.sha256((data.patch + data.tests_patch).encode()).digest()
+        return (self.source.key, self.task.name, feature, digest)
+
     def expected_tests(self, feature: int) -> frozenset[str]:
         """The ids of the hidden tests that pass with the feature's gold patch (one run, cached)."""
         data = self.task.features[feature]
-        key = (
-            self.source.key,
-            self.task.name,
-            feature,
-            hashlib.sha256((data.patch + data.tests_patch).encode()).digest(),
-        )
+        key = self._feature_key(feature)
         if key not in _EXPECTED:
             run = self._run_tests(filter_test_files(data.patch), data.tests_patch)
             if run.report is None or run.limit is not None:
@@ -247,12 +248,7 @@ class Evaluator:
     def accepts(self, feature: int) -> bool:
         """Whether the base takes the feature's gold patch and its tests patch (a dry run, cached)."""
         data = self.task.features[feature]
-        key = (
-            self.source.key,
-            self.task.name,
-            feature,
-            hashlib.sha256((data.patch + data.tests_patch).encode()).digest(),
-        )
+        key = self._feature_key(feature)
         if key not in _ACCEPTS:
             scratch = self._scratch_dir("check-")
             try:
