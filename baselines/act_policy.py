@@ -14,6 +14,7 @@ a single-simulator run trains against.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,24 @@ class ActPolicy:
             self.model.weight.copy_(torch.zeros(n_acts, n_features) if weights is None else torch.tensor(weights))
         self.temperature = temperature
         self.engine: Any = None  # generation is the model itself
+        self._reference: Any = None
+
+    def trainable_parameters(self) -> list[Any]:
+        return list(self.model.parameters())
+
+    def freeze_reference(self) -> None:
+        """Keeps the current weights as the reference of a KL penalty."""
+        self._reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+
+    def reference_logprobs(self, samples: Sequence[ActSample]) -> Any:
+        import torch
+
+        live, self.model = self.model, self._reference
+        try:
+            with torch.no_grad():
+                return self.sequence_logprobs(samples)[0]
+        finally:
+            self.model = live
 
     def act(self, features: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Sampled acts for a batch and their log-probabilities."""

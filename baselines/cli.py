@@ -47,6 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="a constructor argument of the env, e.g. termination=wait (JSON values are parsed); repeatable",
     )
+    from baselines.people import commands as people  # play --human, serve, view, study export, export
+
+    people.add_play_arguments(play)
+    people.add_commands(commands)
 
     diagnose = commands.add_parser(
         "diagnose", help="measure how mode-collapsed simulators are on states of an environment's conversations"
@@ -91,18 +95,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="start over in an output_dir that holds another run, deleting its checkpoints, metrics and pool",
     )
+    train.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
+        help="run on Ray: a cluster's address, or nothing to start a local cluster (config key ray_address)",
+    )
 
     evaluate = commands.add_parser("eval", help="held-out success of the latest checkpoint of a run")
     evaluate.add_argument("config", help="the run's YAML config")
     evaluate.add_argument("overrides", nargs="*", help="key=value settings that override the config")
 
+    from baselines import plan
+
+    plan.add_arguments(commands.add_parser("plan", help="the GPU memory a training config needs, before it runs"))
+
+    from baselines import evaluate as cross_play
+    from baselines import fidelity
+
+    cross_play.add_arguments(commands.add_parser("evaluate", help="agents x simulators: success, pass^k, intervals"))
+    fidelity.add_arguments(commands.add_parser("fidelity", help="a simulator's conversations against people's"))
+
     args = parser.parse_args(argv)
+    if people.wants(args):
+        return people.run(args)
     if args.command == "demo":
         return _demo(args)
     if args.command == "train":
         return _train(args)
     if args.command == "eval":
         return _eval(args)
+    if args.command == "plan":
+        return plan.run(args)
+    if args.command in ("evaluate", "fidelity"):
+        return (cross_play if args.command == "evaluate" else fidelity).run(args)
     if args.command == "envs":
         return _list_envs()
     if args.command == "diagnose":
@@ -161,6 +188,7 @@ def _train(args: argparse.Namespace) -> int:
     from baselines.trainer import Trainer
 
     path, overrides = _split_overrides(args.config, args.overrides)
+    overrides += [f"ray_address={args.ray}"] if args.ray else []
     try:
         config = load_config(path, overrides)
     except ValueError as error:
@@ -186,7 +214,7 @@ def _eval(args: argparse.Namespace) -> int:
     path, overrides = _split_overrides(args.config, args.overrides)
     try:
         trainer = Trainer(load_config(path, overrides))
-        if not trainer.resume():
+        if trainer.load_latest() is None:
             print(f"no checkpoint in {trainer.checkpoints}; evaluating the initial policy", file=sys.stderr)
         print(json.dumps({"step": trainer.step, **trainer.evaluate(trainer.step)}))
     except _run_stoppers() as error:

@@ -15,6 +15,7 @@ from baselines.loss import AGGREGATIONS
 from baselines.policy import language_model_of
 from sims.pool import SAMPLING
 
+DTYPES = ("float32", "bfloat16")
 METHODS = ("single", "ensemble", "vs", "cotrain", "population")
 SIMULATOR_REWARDS = ("adversarial", "cooperative", "curriculum")
 # population: each group's simulator drawn uniformly from the pool snapshots and the live one, or
@@ -30,6 +31,15 @@ class TrainConfig:
     side: str = "agent"
     policy: str = "tiny"  # "tiny" (random, for tests), "smollm2", or "hf:MODEL_OR_PATH"
     device: str | None = None
+    gpus: int = 1  # GPUs the run may use (`scope plan` checks the run fits them)
+    gpu_memory_gb: float = 80.0  # memory of each GPU, in GB (10^9 bytes), as vendors state it
+    # precision: frozen weights and compute in `dtype`; trained parameters (full model or LoRA
+    # adapters) and their optimizer state always stay float32, so small updates are not rounded away
+    dtype: str = "float32"  # or "bfloat16"
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass (less memory)
+    logprob_chunk: int = 0  # positions per chunk for training log-probs and entropies (0: all at once)
+    generation_batch: int = 32  # prompts per batched generate call of a local model
+    max_model_len: int = 4096  # tokens of one side's longest conversation: vLLM's limit and `scope plan`'s
     generation_engine: str = "transformers"  # or "vllm" (GPU; needs lora) for the trained policy's turns
     vllm_gpu_memory_utilization: float = 0.4  # the share of GPU memory vLLM takes; the rest trains
     # against whom
@@ -46,12 +56,21 @@ class TrainConfig:
     pool_every: int = 16  # population: snapshot the simulator every N steps
     pool_size: int = 10
     pool_sampling: str = "uniform"  # see POOL_SAMPLING
+    live_min_share: float = 0.25  # population: at least this share of each step's groups go to the live simulator
     # rollouts
     steps: int = 10
     groups_per_step: int = 4
     group_size: int = 4
     temperature: float = 1.0
     max_new_tokens: int = 48
+    # chat rollouts: "lockstep" (every round of turns waits for its slowest reply) or "async" (each
+    # episode advances as soon as its own reply arrives; same episodes, see scope_envs.core.async_rollout)
+    rollout: str = "lockstep"
+    # Ray (the `ray` extra): "local" starts a cluster on this machine, else a cluster address; rollout
+    # workers then play the groups whose players are all frozen or small (baselines.distributed.ray_rollout)
+    ray_address: str | None = None
+    ray_workers: int = 2
+    ray_groups_per_task: int = 1  # consecutive groups per rollout-worker task
     # update
     lr: float = 1e-5
     weight_decay: float = 0.0
@@ -72,6 +91,7 @@ class TrainConfig:
     eval_samples: int = 1
     checkpoint_every: int = 5
     keep_checkpoints: int = 2
+    save_episodes: int = 2  # episodes of each step saved to output_dir/episodes.jsonl (`scope view`); 0: none
     # a training step in which more than this share of episodes ended in `policy_error` (a policy
     # could not reply) stops the run: a broken simulator must not pass for a reward of 0
     max_failed_episode_share: float = 0.5
@@ -94,6 +114,13 @@ class TrainConfig:
             problems.append(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
         if self.side not in {"agent", "user"}:
             problems.append(f"side must be 'agent' or 'user', got {self.side!r}")
+        if self.rollout not in {"lockstep", "async"}:
+            problems.append(f"rollout must be 'lockstep' or 'async', got {self.rollout!r}")
+        if self.ray_address is not None and ("=" in self.ray_address or self.ray_address.endswith((".yaml", ".yml"))):
+            problems.append(
+                f"ray_address {self.ray_address!r} is an override or a config file, not a Ray address: "
+                "put --ray after them (`scope train CONFIG key=value --ray [ADDRESS]`)"
+            )
         if self.generation_engine not in {"transformers", "vllm"}:
             problems.append(f"generation_engine must be 'transformers' or 'vllm', got {self.generation_engine!r}")
         if self.generation_engine == "vllm" and not (self.lora and language_model_of(self.policy)):
@@ -104,6 +131,10 @@ class TrainConfig:
             simulator = self.simulator_policy or self.policy
             if not language_model_of(simulator):
                 problems.append("generation_engine 'vllm' serves the co-trained simulator too: use an hf: policy")
+        if self.dtype not in DTYPES:
+            problems.append(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if not 0.0 <= self.live_min_share <= 1.0:
+            problems.append(f"live_min_share must be in [0, 1], got {self.live_min_share}")
         if self.simulator_reward not in SIMULATOR_REWARDS:
             problems.append(f"simulator_reward must be one of {SIMULATOR_REWARDS}, got {self.simulator_reward!r}")
         if self.method in {"cotrain", "population"} and self.side != "agent":
@@ -121,9 +152,16 @@ class TrainConfig:
             "eval_tasks",
             "eval_samples",
             "keep_checkpoints",
+            "generation_batch",
+            "max_model_len",
+            "gpus",
+            "ray_workers",
+            "ray_groups_per_task",
         ):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be at least 1")
+        if self.logprob_chunk < 0:
+            problems.append("logprob_chunk must be 0 (no chunking) or a positive number of positions")
         if not 0.0 <= self.max_failed_episode_share <= 1.0:
             problems.append(f"max_failed_episode_share must be in [0, 1], got {self.max_failed_episode_share}")
         if self.group_size < 2 and self.advantage in {"grpo", "dr_grpo"}:

@@ -256,6 +256,8 @@ def write_report(
             f"{_cell(values['train_success'])} | {_cell(values['entropy'], 2)} |"
         )
     lines.append(f"| {study['untrained']} | {_cell(untrained)} | | | {uniform_entropy(study['env']):.2f} |")
+    if study.get("regime"):  # what the study's sweep found about where the effect is clear, and where not
+        lines += ["", " ".join(str(study["regime"]).split())]
     lines += ["", *(f"![{plot.stem}]({plot.name})" for plot in plots), ""]
     lines += ["Per-step metrics of every run: `runs/<method>-seed<seed>/metrics.jsonl`.", ""]
     path = out / "report.md"

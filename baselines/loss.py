@@ -17,6 +17,22 @@ class LossConfig:
     aggregation: str = "token_mean"  # "constant" is Dr. GRPO's: divide by a fixed token budget
     constant_denominator: float | None = None
     is_cap: float = 2.0  # truncated importance sampling for generation/training log-prob mismatch
+    kl_log_ratio_cap: float = 20.0  # |log(pi_ref / pi)| beyond this is clamped: exp() must stay finite
+
+
+@dataclass(frozen=True)
+class BatchTotals:
+    """What an aggregation divides by, counted over the WHOLE batch of one optimizer step, so that
+    the losses of its micro-batches add up to the loss of the batch (gradient accumulation)."""
+
+    tokens: float  # trained tokens
+    sequences: int  # sequences with at least one trained token
+
+    @classmethod
+    def of(cls, masks: Any) -> BatchTotals:
+        """From the loss masks of every sample of the batch (lists or a `[batch, tokens]` tensor)."""
+        counts = [float(sum(m)) for m in masks]
+        return cls(tokens=sum(counts), sequences=sum(c > 0 for c in counts))
 
 
 def policy_loss(
@@ -28,6 +44,7 @@ def policy_loss(
     *,
     ref_logprobs: Any = None,
     behaviour_logprobs: Any = None,
+    totals: BatchTotals | None = None,
 ) -> tuple[Any, dict[str, float]]:
     """Loss and statistics for one batch of sequences.
 
@@ -35,6 +52,7 @@ def policy_loss(
     the sequence's advantage broadcast to its tokens); `mask` is 1 on the trained side's own tokens.
     `old_logprobs` are the training model's log-probs before this update; `behaviour_logprobs`
     those of the engine that sampled the tokens, when it is not the training model (vLLM).
+    `totals` are those of the whole batch when this is one micro-batch of it (default: this batch).
     """
     import torch
 
@@ -49,10 +67,11 @@ def policy_loss(
         per_token = per_token * weight
     kl = torch.zeros_like(per_token)
     if ref_logprobs is not None and config.kl_coef > 0:
-        log_ratio = ref_logprobs - logprobs
+        cap = config.kl_log_ratio_cap
+        log_ratio = torch.clamp(ref_logprobs - logprobs, -cap, cap)
         kl = torch.exp(log_ratio) - log_ratio - 1  # the k3 estimator: unbiased, always >= 0
         per_token = per_token + config.kl_coef * kl
-    loss = aggregate(per_token, mask, config)
+    loss = aggregate(per_token, mask, config, totals)
     tokens = mask.sum().clamp(min=1)
     ratio, kl = ratio.detach(), kl.detach()  # statistics only
     is_clipped = ((ratio < 1 - config.clip_low) & (advantages < 0)) | (
@@ -70,12 +89,15 @@ def policy_loss(
     return loss, stats
 
 
-def aggregate(per_token: Any, mask: Any, config: LossConfig) -> Any:
+def aggregate(per_token: Any, mask: Any, config: LossConfig, totals: BatchTotals | None = None) -> Any:
+    """The batch's loss from per-token losses; with `totals` of a larger batch, this micro-batch's
+    share of it (the shares of all micro-batches sum to the loss of the whole batch)."""
+    totals = totals or BatchTotals.of(mask.tolist())
     if config.aggregation == "token_mean":  # every trained token counts the same (DAPO)
-        return (per_token * mask).sum() / mask.sum().clamp(min=1)
+        return (per_token * mask).sum() / max(totals.tokens, 1.0)
     if config.aggregation == "sequence_mean":  # each sequence's mean, then the mean (original GRPO)
         per_sequence = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-        return per_sequence[mask.sum(-1) > 0].mean() if (mask.sum(-1) > 0).any() else per_sequence.sum() * 0
+        return per_sequence.sum() / max(totals.sequences, 1)
     if config.aggregation == "constant":
         if not config.constant_denominator:
             raise ValueError("the constant aggregation needs constant_denominator (e.g. group size x max tokens)")

@@ -2,14 +2,18 @@
 
 `generate(prompts, seeds)` samples continuations of token-id prompts with their log-probs;
 `sequence_logprobs(samples)` recomputes, differentiably, the log-probs (and entropies) of the
-tokens of training samples. `LMPolicy` provides both for a transformers causal LM (full
-fine-tuning or LoRA through peft); any other policy with the same two methods (such as the small
-categorical policies of the act-level testbed) trains with the same code.
+tokens of training samples; `trainable_parameters()` are what its optimizer updates;
+`freeze_reference()` / `reference_logprobs(samples)` give the initial policy of a KL penalty.
+`LMPolicy` provides them for a transformers causal LM (full fine-tuning or LoRA through peft); any
+other policy with the same methods (such as the linear policies over discrete acts of
+`baselines.act_policy`) trains with the same code.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,28 +31,114 @@ class TrainablePolicy(Protocol):
 
     def sequence_logprobs(self, samples: Sequence[Sample]) -> tuple[Any, Any, Any]: ...
 
+    def trainable_parameters(self) -> list[Any]: ...
+
+    def freeze_reference(self) -> None: ...
+
+    def reference_logprobs(self, samples: Sequence[Sample]) -> Any: ...
+
 
 class LMPolicy:
     """A causal LM being trained. Generation goes through `HFSimulator.generate` (the same
-    sampling code the simulators use), so rollout log-probs and training log-probs agree."""
+    sampling code the simulators use), so rollout log-probs and training log-probs agree.
 
-    def __init__(self, simulator: HFSimulator, *, lora: dict[str, Any] | None = None) -> None:
+    Precision: frozen weights and compute in `dtype`; the trained parameters (the whole model, or
+    the LoRA adapters) stay float32, the master weights an optimizer step at a small learning rate
+    needs (in bfloat16, an update of 1e-6 to a weight of 0.02 rounds to nothing). With LoRA several
+    policies can share one frozen base, each with its own adapter (`with_adapter`), and the
+    initial policy is the base with adapters disabled, never a copy.
+    """
+
+    def __init__(
+        self,
+        simulator: HFSimulator,
+        *,
+        lora: dict[str, Any] | None = None,
+        dtype: str = "float32",
+        gradient_checkpointing: bool = False,
+        logprob_chunk: int = 0,
+        generation_batch: int = 32,
+        adapter: str = "default",
+    ) -> None:
+        import torch
+
         self.simulator = simulator
         self.tokenizer = simulator.tokenizer
         self.temperature = simulator.temperature
-        if lora:
+        self.dtype = getattr(torch, dtype)
+        self.logprob_chunk = logprob_chunk
+        self.generation_batch = generation_batch
+        self.adapter = adapter
+        self.lora = lora
+        if lora and not hasattr(simulator.model, "peft_config"):
             from peft import LoraConfig, get_peft_model
 
-            simulator.model = get_peft_model(simulator.model, LoraConfig(task_type="CAUSAL_LM", **lora))
+            simulator.model.to(self.dtype)  # the frozen base
+            simulator.model = get_peft_model(
+                simulator.model, LoraConfig(task_type="CAUSAL_LM", **lora), adapter_name=adapter
+            )
+        elif not lora:
+            simulator.model.float()  # master weights; compute is autocast to `dtype`
         self.model = simulator.model
-        self.engine: Any = None  # a VLLMGeneration when generation runs on vLLM
+        self._keep_trained_float32()
+        if gradient_checkpointing:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.engine: Any = None  # a VLLMGeneration handle when generation runs on vLLM
+        self._reference: Any = None  # full fine-tuning with a KL penalty: a frozen copy of the initial weights
         import inspect
 
-        self._keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+        base = self.model.get_base_model() if self.is_lora else self.model
+        self._keeps_logits = "logits_to_keep" in inspect.signature(base.forward).parameters
+
+    @property
+    def is_lora(self) -> bool:
+        return hasattr(self.model, "peft_config")
 
     @property
     def stop_ids(self) -> set[int]:
         return self.simulator.stop_ids
+
+    def with_adapter(self, name: str) -> LMPolicy:
+        """Another policy on this one's frozen base: a new LoRA adapter `name`, initialised as
+        peft initialises adapters (the same function as the base), trained on its own."""
+        from peft import LoraConfig
+
+        if not self.is_lora:
+            raise ValueError("only LoRA policies share a base; set lora to co-train two adapters of one model")
+        self.model.add_adapter(name, LoraConfig(task_type="CAUSAL_LM", **self.lora))
+        other = LMPolicy.__new__(LMPolicy)
+        other.__dict__.update(self.__dict__)
+        other.adapter, other.engine, other._reference = name, None, None
+        other._keep_trained_float32()
+        return other
+
+    def trainable_parameters(self) -> list[Any]:
+        """The parameters this policy trains: its own adapter's, or the whole model's."""
+        if not self.is_lora:
+            return [p for p in self.model.parameters() if p.requires_grad]
+        marker = f".{self.adapter}."
+        return [p for name, p in self.model.named_parameters() if "lora_" in name and marker in name]
+
+    def _keep_trained_float32(self) -> None:
+        import torch
+
+        for parameter in self.trainable_parameters():
+            parameter.data = parameter.data.to(torch.float32)
+            parameter.requires_grad_(True)
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        """This policy's adapter active, and compute in `dtype`, for the duration."""
+        import torch
+
+        if self.is_lora and self.model.active_adapter != self.adapter:
+            self.model.set_adapter(self.adapter)
+        device = next(self.model.parameters()).device
+        if self.dtype == torch.float32:
+            yield
+        else:
+            with torch.autocast(device_type=device.type, dtype=self.dtype):
+                yield
 
     def start_trace(self) -> SideTrace:
         """An empty token-in, token-out record of one side of one episode (rollouts call it)."""
@@ -58,11 +148,18 @@ class LMPolicy:
         if self.engine is not None:
             return self.engine.generate(prompts, seeds)
         self.model.eval()
-        return self.simulator.generate(prompts, seeds)
+        replies: list[Reply] = []
+        with self.active():
+            for start in range(0, len(prompts), self.generation_batch):
+                chunk = slice(start, start + self.generation_batch)
+                replies.extend(self.simulator.generate(prompts[chunk], seeds[chunk]))
+        return replies
 
     def sequence_logprobs(self, samples: Sequence[Sample]) -> tuple[Any, Any, Any]:
         """`[batch, tokens-1]` log-probs of each next token under softmax(logits / temperature),
-        the matching loss mask, and the entropies; right-padded."""
+        the matching loss mask, and the entropies (no gradient); right-padded. With
+        `logprob_chunk`, the vocabulary-sized logits exist for that many positions at a time, and
+        are recomputed in the backward pass rather than kept."""
         import torch
 
         device = next(self.model.parameters()).device
@@ -73,32 +170,94 @@ class LMPolicy:
         mask = torch.tensor([s.mask + [0] * (width - len(s.ids)) for s in samples], device=device)[:, 1:]
         # Only positions that predict a trained token need logits: skip the prompt prefix all share.
         first = max(min(s.prompt_length for s in samples) - 1, 0)
-        keep = {"logits_to_keep": width - first} if self._keeps_logits else {}
-        logits = self.model(input_ids=ids, attention_mask=attention, **keep).logits[:, -(width - first) :]
-        logp_all = torch.log_softmax(logits[:, :-1].float() / max(self.temperature, 1e-6), dim=-1)
+        targets = ids[:, first + 1 :]
         logprobs = torch.zeros(len(samples), width - 1, device=device)
-        logprobs[:, first:] = logp_all.gather(-1, ids[:, first + 1 :, None]).squeeze(-1)
         entropy = torch.zeros(len(samples), width - 1, device=device)
-        entropy[:, first:] = -(logp_all.exp() * logp_all).sum(-1).detach()
+        with self.active():
+            if self.logprob_chunk:
+                hidden = self.model.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
+                head = self.model.get_output_embeddings()
+                from torch.utils.checkpoint import checkpoint
+
+                for start in range(first, width - 1, self.logprob_chunk):
+                    stop = min(start + self.logprob_chunk, width - 1)
+                    chunk_targets = targets[:, start - first : stop - first]
+                    # the head runs inside the checkpoint: no chunk's logits outlive its own computation
+                    chunk_logprobs, chunk_entropy = checkpoint(
+                        lambda h, t: self._token_logprobs(head(h), t),
+                        hidden[:, start:stop],
+                        chunk_targets,
+                        use_reentrant=False,
+                    )
+                    logprobs[:, start:stop], entropy[:, start:stop] = chunk_logprobs, chunk_entropy
+            else:
+                keep = {"logits_to_keep": width - first} if self._keeps_logits else {}
+                logits = self.model(input_ids=ids, attention_mask=attention, **keep).logits[:, -(width - first) :]
+                logprobs[:, first:], entropy[:, first:] = self._token_logprobs(logits[:, :-1], targets)
         return logprobs, mask, entropy
 
+    def _token_logprobs(self, logits: Any, targets: Any) -> tuple[Any, Any]:
+        """Log-probs of `targets` under softmax(logits / temperature), in float32, and the entropies."""
+        import torch
+
+        logp_all = torch.log_softmax(logits.float() / max(self.temperature, 1e-6), dim=-1)
+        chosen = logp_all.gather(-1, targets[..., None]).squeeze(-1)
+        with torch.no_grad():
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
+        return chosen, entropy
+
+    def freeze_reference(self) -> None:
+        """Keeps the initial policy for a KL penalty: nothing to keep with LoRA (the base with
+        adapters disabled is the initial policy), else a frozen copy in `dtype`."""
+        if not self.is_lora:
+            self._reference = copy.deepcopy(self.model).to(self.dtype).eval().requires_grad_(False)
+
+    def reference_logprobs(self, samples: Sequence[Sample]) -> Any:
+        """Log-probs of the samples' tokens under the initial policy (see `freeze_reference`)."""
+        import torch
+
+        with torch.no_grad():
+            if self.is_lora:
+                with self.model.disable_adapter():
+                    return self.sequence_logprobs(samples)[0]
+            if self._reference is None:
+                raise RuntimeError("no reference: call freeze_reference() before training")
+            live = self.model
+            self.model = self._reference
+            try:
+                return self.sequence_logprobs(samples)[0]
+            finally:
+                self.model = live
+
     def save(self, directory: Path) -> None:
-        self.model.save_pretrained(directory)
+        """The trained weights (this policy's adapter alone, at the top of `directory`, as peft lays
+        out a single adapter) and the tokenizer."""
+        if self.is_lora:
+            from peft import get_peft_model_state_dict
+            from safetensors.torch import save_file
+
+            directory = Path(directory)
+            directory.mkdir(parents=True, exist_ok=True)
+            state = get_peft_model_state_dict(self.model, adapter_name=self.adapter)
+            save_file({k: v.detach().contiguous() for k, v in state.items()}, directory / "adapter_model.safetensors")
+            self.model.peft_config[self.adapter].save_pretrained(directory)
+        else:
+            self.model.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
 
     def load_weights(self, directory: Path) -> None:
-        """Loads weights saved by `save` into this policy (full model or LoRA adapter)."""
+        """Loads weights saved by `save` into this policy (full model or this policy's adapter)."""
         import torch
         from safetensors.torch import load_file
 
-        files = sorted(directory.glob("*.safetensors"))
         state: dict[str, torch.Tensor] = {}
-        for file in files:
+        for file in sorted(Path(directory).glob("*.safetensors")):
             state.update(load_file(str(file)))
-        if hasattr(self.model, "peft_config"):
+        if self.is_lora:
             from peft import set_peft_model_state_dict
 
-            set_peft_model_state_dict(self.model, state)
+            set_peft_model_state_dict(self.model, state, adapter_name=self.adapter)
+            self._keep_trained_float32()
         else:
             missing, unexpected = self.model.load_state_dict(state, strict=False)
             real_missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embeddings
@@ -107,6 +266,41 @@ class LMPolicy:
                     f"checkpoint at {directory} does not match the model: "
                     f"missing {real_missing}, unexpected {unexpected}"
                 )
+
+    def snapshot(self, directory: Path, name: str) -> AdapterSnapshot:
+        """A frozen earlier version of this policy, saved in `directory`, as a policy that
+        generates with it: an extra adapter on the same resident base (LoRA only)."""
+        return AdapterSnapshot(self, directory, name)
+
+
+class AdapterSnapshot:
+    """A saved adapter loaded beside the live ones on their shared base, for generation only
+    (population co-training's pool members); `close` unloads it."""
+
+    def __init__(self, live: LMPolicy, directory: Path, name: str) -> None:
+        self.live = live
+        self.name = name
+        self.policy = LMPolicy.__new__(LMPolicy)
+        self.policy.__dict__.update(live.__dict__)
+        self.policy.adapter, self.policy.engine = name, None
+        live.model.add_adapter(name, live.model.peft_config[live.adapter])
+        self.policy.load_weights(directory)
+        for parameter in self.policy.trainable_parameters():
+            parameter.requires_grad_(False)
+
+    def start_trace(self) -> SideTrace:
+        return self.policy.start_trace()
+
+    def generate(self, prompts: list[list[int]], seeds: Sequence[int | None]) -> list[Reply]:
+        try:
+            return self.policy.generate(prompts, seeds)
+        finally:
+            self.live.model.set_adapter(self.live.adapter)  # set_adapter also sets which adapter trains
+
+    def close(self) -> None:
+        if self.name in self.live.model.peft_config:
+            self.live.model.delete_adapter(self.name)
+        self.live.model.set_adapter(self.live.adapter)
 
 
 def build_policy(
@@ -119,16 +313,20 @@ def build_policy(
     seed: int,
     env: Any = None,
     side: str = "agent",
+    dtype: str = "float32",
+    gradient_checkpointing: bool = False,
+    logprob_chunk: int = 0,
+    generation_batch: int = 32,
 ) -> Any:
     """A language model: `tiny` (a random model for tests), `smollm2`, `hf:MODEL_OR_PATH`; otherwise
     a linear act policy for envs with discrete acts: `linear`, or the spec of a linear policy to
-    start from (see `baselines.act_policy`)."""
+    start from (see `baselines.act_policy`). See `LMPolicy` for the precision and memory settings."""
     backend, argument = split_spec(spec)
     if backend not in LANGUAGE_MODELS:
         from baselines.act_policy import build_act_policy
 
         return build_act_policy(spec, env=env, side=side, temperature=temperature)
-    kwargs = {"temperature": temperature, "max_new_tokens": max_new_tokens, "device": device}
+    kwargs: dict[str, Any] = {"temperature": temperature, "max_new_tokens": max_new_tokens, "device": device}
     if backend == "tiny":
         from sims.testing import tiny_chat_model
 
@@ -137,10 +335,19 @@ def build_policy(
     elif backend == "smollm2":
         simulator = HFSimulator(smollm2_path(), name="smollm2-135m-instruct", **kwargs)
     elif argument:
-        simulator = HFSimulator(argument, **kwargs)
+        # a LoRA base is loaded straight in `dtype`; fully trained weights in float32 (master weights)
+        simulator = HFSimulator(argument, dtype=dtype if lora else "float32", **kwargs)
     else:
         raise ValueError(f"policy {spec!r} names no model: use 'hf:MODEL_OR_PATH'")
-    return LMPolicy(simulator, lora=lora)
+    return LMPolicy(
+        simulator,
+        lora=lora,
+        dtype=dtype,
+        gradient_checkpointing=gradient_checkpointing,
+        logprob_chunk=logprob_chunk,
+        generation_batch=generation_batch,
+        adapter=side,
+    )
 
 
 def language_model_of(spec: str) -> str | None:

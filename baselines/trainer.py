@@ -18,11 +18,7 @@ from a FIFO checkpoint pool.
 
 from __future__ import annotations
 
-import copy
-import hashlib
 import json
-import os
-import re
 import shutil
 import tempfile
 import time
@@ -35,21 +31,33 @@ from typing import Any
 import numpy as np
 
 from baselines.advantages import RunningBaseline, curriculum_reward, group_advantages
+from baselines.checkpoints import (
+    atomic_write,
+    checkpoint_steps,
+    disk_megabytes,
+    fsync_directory,
+    read_metrics,
+    remove_path,
+    saved_work,
+    verify_checkpoint,
+    write_checkpoint_manifest,
+)
 from baselines.config import TrainConfig, dump_config
-from baselines.loss import LossConfig, policy_loss
+from baselines.curves import plot_curves
+from baselines.loss import BatchTotals, LossConfig, policy_loss
 from baselines.metrics_log import MetricsLog
-from baselines.policy import LMPolicy, build_policy, language_model_of
+from baselines.policy import TrainablePolicy, build_policy, language_model_of
+from scope_envs.core.async_rollout import collect_async
 from scope_envs.core.dialogue import AGENT, USER, DialogueEnv, other_side, user_reward_from
 from scope_envs.core.failpoints import failpoint
 from scope_envs.core.registration import find_env
 from scope_envs.core.rollout import Episode, RolloutGroup, Sample, collect_chat
 from scope_envs.core.seeding import derive_seed
 from scope_envs.core.specs import make_policy
-from sims.opponents import Ensemble, Live, Opponents, Population
+from sims.opponents import LIVE, Ensemble, Live, Opponents, Population
 from sims.pool import CheckpointPool
 from sims.verbalized import verbalize
 
-CHECKPOINT_MANIFEST = "manifest.json"  # every file of a checkpoint with its size and SHA-256, written last
 # what a run writes into its output folder, besides its simulator pool (`sim_pool`), and a fresh start
 # deletes; anything else there, such as vLLM's served adapters or wandb's own folders, is left alone
 RUN_FILES = ("checkpoints", "metrics.jsonl", "tensorboard", "curves.png", "config.yaml")
@@ -73,13 +81,12 @@ class TooManyFailedEpisodes(RunError):
 
 @dataclass
 class Learner:
-    """One trained model: its policy, optimizer, optional frozen reference, loss and baseline."""
+    """One trained model: its policy (which keeps its own KL reference), optimizer, loss and baseline."""
 
     side: str
-    policy: LMPolicy
+    policy: TrainablePolicy
     optimizer: Any
     loss_config: LossConfig
-    reference: Any = None
     baseline: RunningBaseline = field(default_factory=RunningBaseline)
 
 
@@ -93,7 +100,10 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.env_info = find_env(config.env)
         self.probe = self.make_env()
-        self.rollout = self.env_info.rollout_function() or collect_chat
+        chat_rollout = collect_async if config.rollout == "async" else collect_chat
+        self.rollout = self.env_info.rollout_function() or chat_rollout
+        if config.ray_address:
+            self.rollout = self._ray_rollout(self.rollout)
         self.side, self.partner_side = config.side, other_side(config.side)
         self.cotraining = config.method in {"cotrain", "population"}
         self._engines: dict[str, Any] = {}  # vLLM engines by base model
@@ -103,7 +113,11 @@ class Trainer:
         if self.cotraining:
             spec = config.simulator_policy or config.policy
             lr = config.simulator_lr if config.simulator_lr is not None else config.lr
-            self.learners[USER] = self._learner(USER, spec, lr, config.simulator_kl_coef, seed=config.seed + 1)
+            # two LoRA adapters of one model share ONE frozen base
+            shared = self.learners[self.side].policy if config.lora and spec == config.policy else None
+            self.learners[USER] = self._learner(
+                USER, spec, lr, config.simulator_kl_coef, seed=config.seed + 1, base=shared
+            )
         self.metrics_path = self.output / "metrics.jsonl"
         self.checkpoints = self.output / "checkpoints"
         self._earlier_work = saved_work(self.output)  # before this trainer adds to the folder
@@ -112,12 +126,48 @@ class Trainer:
         self._seed_pool()
         self.opponents = self._opponents()
         self.step = 0
+        # this process's rank of a data-parallel learner group (baselines.distributed.data_parallel); None: alone
+        self.data_parallel: Any = None
 
-    def _learner(self, side: str, spec: str, lr: float, kl_coef: float, *, seed: int) -> Learner:
+    def _ray_rollout(self, local: Any) -> Any:
+        """Rollout workers on Ray for the groups of frozen or small players; `local` plays the others."""
+        from baselines.distributed.cluster import connect
+        from baselines.distributed.ray_rollout import RayRollout
+
+        config = self.config
+        connect(config.ray_address, num_cpus=config.ray_workers)
+        return RayRollout(
+            config.env,
+            config.env_kwargs,
+            local=local,
+            workers=config.ray_workers,
+            rollout=config.rollout,
+            groups_per_task=config.ray_groups_per_task,
+        )
+
+    def _learner(self, side: str, spec: str, lr: float, kl_coef: float, *, seed: int, base: Any = None) -> Learner:
         import torch
 
         config = self.config
-        policy = build_policy(
+        policy = base.with_adapter(side) if base is not None else self._build_policy(spec, seed=seed, side=side)
+        optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=lr, weight_decay=config.weight_decay)
+        loss_config = LossConfig(
+            clip_low=config.clip_low,
+            clip_high=config.clip_high,
+            kl_coef=kl_coef,
+            aggregation=config.aggregation,
+            constant_denominator=float(config.group_size * config.max_new_tokens),
+        )
+        if kl_coef > 0:
+            policy.freeze_reference()
+        if config.generation_engine == "vllm":
+            policy.engine = self._vllm_engine(spec).handle(side)
+            policy.engine.sync(policy)
+        return Learner(side, policy, optimizer, loss_config, RunningBaseline(decay=config.rae_decay))
+
+    def _build_policy(self, spec: str, *, seed: int, side: str) -> Any:
+        config = self.config
+        return build_policy(
             spec,
             temperature=config.temperature,
             max_new_tokens=config.max_new_tokens,
@@ -126,28 +176,23 @@ class Trainer:
             seed=seed,
             env=self.probe,
             side=side,
+            dtype=config.dtype,
+            gradient_checkpointing=config.gradient_checkpointing,
+            logprob_chunk=config.logprob_chunk,
+            generation_batch=config.generation_batch,
         )
-        optimizer = torch.optim.AdamW(
-            [p for p in policy.model.parameters() if p.requires_grad], lr=lr, weight_decay=config.weight_decay
-        )
-        loss_config = LossConfig(
-            clip_low=config.clip_low,
-            clip_high=config.clip_high,
-            kl_coef=kl_coef,
-            aggregation=config.aggregation,
-            constant_denominator=float(config.group_size * config.max_new_tokens),
-        )
-        reference = copy.deepcopy(policy.model).eval() if kl_coef > 0 else None
-        if config.generation_engine == "vllm":
-            policy.engine = self._vllm_engine(spec).handle(side)
-            policy.engine.sync(policy.model)
-        return Learner(side, policy, optimizer, loss_config, reference, RunningBaseline(decay=config.rae_decay))
 
     def _opponents(self) -> Opponents:
         """Who plays the side opposite the trained one in each group."""
         config = self.config
         if self.pool is not None:
-            return Population(self.pool, self.learners[USER].policy, seed=config.seed)
+            return Population(
+                self.pool,
+                self.learners[USER].policy,
+                seed=config.seed,
+                min_live_share=config.live_min_share,
+                groups=config.groups_per_step,
+            )
         if self.cotraining:
             return Live(self.learners[USER].policy)
         partners = [make_policy(spec, env=self.probe, side=self.partner_side) for spec in config.simulators]
@@ -185,6 +230,8 @@ class Trainer:
                 max_new_tokens=config.max_new_tokens,
                 max_lora_rank=int(config.lora["r"]) if config.lora else 64,
                 gpu_memory_utilization=config.vllm_gpu_memory_utilization,
+                max_model_len=config.max_model_len,
+                dtype=config.dtype,
             )
         return self._engines[base]
 
@@ -206,17 +253,13 @@ class Trainer:
         return players, labels
 
     def _load_snapshot(self, directory: Path) -> Any:
-        """A pool member as a policy: the simulator's architecture with the member's weights."""
-        config = self.config
-        policy = build_policy(
-            config.simulator_policy or config.policy,
-            temperature=config.temperature,
-            max_new_tokens=config.max_new_tokens,
-            device=config.device,
-            lora=config.lora,
-            seed=config.seed + 1,
-            env=self.probe,
-            side=USER,
+        """A pool member as a policy: with LoRA, its adapter loaded beside the live ones on their
+        resident base; otherwise the simulator's architecture with the member's weights."""
+        live = self.learners[USER].policy
+        if getattr(live, "is_lora", False):
+            return live.snapshot(directory, name=f"pool-{directory.name}")
+        policy = self._build_policy(
+            self.config.simulator_policy or self.config.policy, seed=self.config.seed + 1, side=USER
         )
         policy.load_weights(directory)
         return policy
@@ -275,7 +318,7 @@ class Trainer:
             zero_variance += int(np.ptp(rewards) == 0)
             values = group_advantages(
                 rewards,
-                self.config.advantage,
+                self.advantage_estimator(learner.side),
                 key=(learner.side, labels[group]),
                 baseline=learner.baseline,
                 scale_std=self.config.scale_std,
@@ -290,8 +333,10 @@ class Trainer:
         policy.model.train()
         learner.optimizer.zero_grad()
         stats: dict[str, list[float]] = {}
-        total_tokens = sum(sum(s.mask) for s, _ in rows) or 1
-        for start in range(0, len(rows), self.config.micro_batch):
+        # micro-batch losses are shares of the whole batch's loss: their gradients add up to its gradient
+        totals = BatchTotals.of([s.mask for s, _ in rows])
+        starts = range(0, len(rows), self.config.micro_batch)
+        for start in self.data_parallel.shard(starts) if self.data_parallel is not None else starts:
             chunk = rows[start : start + self.config.micro_batch]
             samples = [s for s, _ in chunk]
             logprobs, mask, entropy = policy.sequence_logprobs(samples)
@@ -303,10 +348,7 @@ class Trainer:
             # and vLLM's are the behaviour policy's, corrected for by truncated importance sampling.
             old, behaviour = (logprobs.detach(), sampled) if policy.engine is not None else (sampled, None)
             advantages = torch.tensor([[a] for _, a in chunk], device=logprobs.device).expand_as(logprobs)
-            reference = None
-            if learner.reference is not None:
-                with torch.no_grad():
-                    reference = reference_logprobs(policy, learner.reference, samples)
+            reference = policy.reference_logprobs(samples) if learner.loss_config.kl_coef > 0 else None
             loss, chunk_stats = policy_loss(
                 logprobs,
                 old,
@@ -315,35 +357,48 @@ class Trainer:
                 learner.loss_config,
                 ref_logprobs=reference,
                 behaviour_logprobs=behaviour,
+                totals=totals,
             )
-            weight = (
-                float(mask.sum()) / total_tokens if self.config.aggregation == "token_mean" else len(chunk) / len(rows)
-            )
-            (loss * weight).backward()
+            loss.backward()
             chunk_stats["entropy"] = float((entropy * mask).sum() / mask.sum().clamp(min=1))
             chunk_stats["loss"] = float(loss.detach())
             for name, value in chunk_stats.items():
                 stats.setdefault(name, []).append(value)
-        parameters = [p for p in policy.model.parameters() if p.requires_grad]
-        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.config.grad_clip)
+        if self.data_parallel is not None:  # the micro-batches' gradients of every rank, summed
+            self.data_parallel.all_reduce_gradients(policy.trainable_parameters())
+        grad_norm = torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), self.config.grad_clip)
         learner.optimizer.step()
         if policy.engine is not None:
-            policy.engine.sync(policy.model)
-        summary.update({name: float(np.mean(values)) for name, values in stats.items() if name != "tokens"})
-        summary.update(grad_norm=float(grad_norm), trained_tokens=float(total_tokens))
+            policy.engine.sync(policy)
+        summary.update(
+            {name: float(np.mean(values)) for name, values in stats.items() if name not in {"tokens", "loss"}}
+        )
+        # the step's loss: the sum of the micro-batches' shares
+        loss = float(np.sum(stats.get("loss", [])))
+        loss = self.data_parallel.all_reduce_sum(loss) if self.data_parallel is not None else loss
+        summary.update(loss=loss, grad_norm=float(grad_norm), trained_tokens=totals.tokens)
         return summary
+
+    def advantage_estimator(self, side: str) -> str:
+        """The co-trained simulator's curriculum reward is one number per group (a function of
+        the group's reward variance), so a group baseline would zero its advantages: it is
+        compared with a running baseline across groups instead."""
+        if side != self.side and self.cotraining and self.config.simulator_reward == "curriculum":
+            return "rae"
+        return self.config.advantage
 
     # ---- evaluation --------------------------------------------------------------------------------
 
     def evaluate(self, step: int) -> dict[str, float]:
-        """Held-out success: test-split scenarios against each evaluation simulator."""
+        """Held-out success: test-split scenarios against each evaluation simulator. The scenarios
+        and sampling seeds are the same at every evaluation of a run, so its points are comparable."""
         results: dict[str, float] = {}
         successes = []
         policy = self.learners[self.side].policy
         for spec in self.config.eval_simulators:
             partner = make_policy(spec, env=self.probe, side=self.partner_side)
             players = [{self.side: policy, self.partner_side: partner}] * self.config.eval_tasks
-            episodes = self.collect(step, group_size=self.config.eval_samples, split="test", players=players, salt=1)
+            episodes = self.collect(0, group_size=self.config.eval_samples, split="test", players=players, salt=1)
             results[f"heldout_success/{spec}"] = float(np.mean([e.success(self.side) for e in episodes]))
             successes.extend(e.success(self.side) for e in episodes)
         results["heldout_success"] = float(np.mean(successes)) if successes else float("nan")
@@ -396,7 +451,10 @@ class Trainer:
     def advance(self, write: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
         """One training step, then what is due after it (a pool snapshot, evaluation, its metrics
         line through `write`, a checkpoint)."""
-        record = self.train_step(self.step)
+        from baselines.people.episode_store import record_episodes
+
+        with record_episodes(self):  # a sample of the step's episodes, saved beside its metrics
+            record = self.train_step(self.step)
         self.step += 1
         if self.pool is not None and self.step % self.config.pool_every == 0:
             self.pool.add(self.learners[USER].policy.save, step=self.step)
@@ -469,6 +527,7 @@ class Trainer:
             for label in sorted(set(labels)):
                 played = [e.rewards[AGENT] for e in episodes if labels[e.group] == label]
                 record[f"pool/agent_reward/{label}"] = float(np.mean(played))
+            record["pool/live_share"] = labels.count(LIVE) / len(labels)
             record["pool/size"] = len(self.pool.members)
             record["pool/age_mean"] = float(np.mean(self.pool.ages(step + 1)))
             self.pool.release()
@@ -512,8 +571,8 @@ class Trainer:
         if final.exists():
             shutil.rmtree(final)
         staging.rename(final)
-        _fsync_directory(self.checkpoints)
-        _atomic_write(self.checkpoints / "latest", final.name)
+        fsync_directory(self.checkpoints)
+        atomic_write(self.checkpoints / "latest", final.name)
         if self.pool is not None:  # members evicted up to now are no longer needed to resume
             self.pool.purge_evicted(self.step)
         self._prune_checkpoints()
@@ -529,20 +588,34 @@ class Trainer:
                 shutil.rmtree(directory)
 
     def resume(self) -> bool:
-        """Continues from the newest intact checkpoint (checked against its manifest, then loaded),
-        with a warning when newer ones are damaged; False when there is none at all. Later metrics
-        and pool members are dropped."""
+        """Continues from the newest intact checkpoint (see `load_latest`), with a warning when newer
+        ones are damaged; False when there is none at all. Later metrics and pool members are dropped."""
         for stale in self.checkpoints.glob(".step-*"):  # a checkpoint being written when the run died
             shutil.rmtree(stale, ignore_errors=True)
+        loaded = self.load_latest()
+        if loaded is None:
+            return False
+        directory, damaged = loaded
+        self._continue_from(directory, damaged)
+        return True
+
+    def load_latest(self) -> tuple[Path, list[str]] | None:
+        """Loads the newest intact checkpoint (checked against its manifest, then loaded) and
+        changes nothing on disk, so a run can be evaluated while it trains: that checkpoint's
+        folder and what is wrong with newer ones, or None when there is no checkpoint at all."""
         steps = checkpoint_steps(self.checkpoints)
         if not steps:
-            return False
+            return None
         problems = self._latest_pointer_problems(steps)
         for step in sorted(steps, reverse=True):
             problem = verify_checkpoint(steps[step]) or self._load_checkpoint(steps[step])
             if problem is None:
-                self._continue_from(steps[step], problems)
-                return True
+                if problems:
+                    warnings.warn(
+                        f"using {steps[step].name}, the newest intact checkpoint; damaged: {'; '.join(problems)}",
+                        stacklevel=3,
+                    )
+                return steps[step], problems
             problems.append(f"{steps[step].name}: {problem}")
         raise NoIntactCheckpoint(
             f"no intact checkpoint in {self.checkpoints} to resume from ({'; '.join(problems)}); "
@@ -569,167 +642,18 @@ class Trainer:
                 learner.baseline.values = {tuple(k): v for k, v in state["baselines"].get(side, [])}
             torch.set_rng_state(torch.load(directory / "torch_rng.pt", weights_only=True))
             self.step = int(state["step"])
+            for learner in self.learners.values():  # the generation engine serves the restored weights
+                if learner.policy.engine is not None:
+                    learner.policy.engine.sync(learner.policy)
         except Exception as error:  # whatever the damage (truncated, wrong shapes, missing keys): not loadable
             return f"cannot be loaded: {type(error).__name__}: {' '.join(str(error).split())[:300]}"
         return None
 
     def _continue_from(self, directory: Path, damaged: list[str]) -> None:
         if damaged:
-            warnings.warn(
-                f"resuming from {directory.name}, the newest intact checkpoint; damaged: {'; '.join(damaged)}",
-                stacklevel=3,
-            )
-            _atomic_write(self.checkpoints / "latest", directory.name)
+            atomic_write(self.checkpoints / "latest", directory.name)
         if self.pool is not None:
             self.pool.drop_after(self.step)
         if self.metrics_path.exists():
             kept = [record for record in read_metrics(self.metrics_path) if record["step"] <= self.step]
-            _atomic_write(self.metrics_path, "".join(json.dumps(record) + "\n" for record in kept))
-
-
-def reference_logprobs(policy: LMPolicy, reference: Any, samples: list[Sample]) -> Any:
-    live = policy.model
-    policy.model = reference
-    try:
-        return policy.sequence_logprobs(samples)[0]
-    finally:
-        policy.model = live
-
-
-def disk_megabytes(path: Path) -> float:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(handle.name, path)
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The metrics records of a run; a line cut short by a crash while it was written is skipped."""
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
-
-
-def saved_work(output: Path) -> str | None:
-    """What an earlier run saved in `output` (its checkpoints, its metrics), in words; None if nothing."""
-    found = []
-    steps = checkpoint_steps(output / "checkpoints")
-    if steps:
-        found.append(f"checkpoints up to step {max(steps)}")
-    records = read_metrics(output / "metrics.jsonl")
-    if records:
-        found.append(f"metrics of {len(records)} steps")
-    return " and ".join(found) or None
-
-
-def checkpoint_steps(checkpoints: Path) -> dict[int, Path]:
-    """The checkpoint directories (`step-000042`) by step."""
-    if not checkpoints.is_dir():
-        return {}
-    matches = ((re.fullmatch(r"step-(\d+)", p.name), p) for p in checkpoints.iterdir() if p.is_dir())
-    return {int(match.group(1)): path for match, path in matches if match}
-
-
-def write_checkpoint_manifest(directory: Path, step: int) -> None:
-    """Records every file of a checkpoint with its size and SHA-256 (and flushes each to disk)."""
-    files = {}
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        files[path.relative_to(directory).as_posix()] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
-        _fsync_file(path)  # on disk before the manifest vouches for it
-    manifest = directory / CHECKPOINT_MANIFEST
-    manifest.write_text(json.dumps({"version": 1, "step": step, "files": files}, indent=1))
-    _fsync_file(manifest)
-
-
-def verify_checkpoint(directory: Path) -> str | None:
-    """What is wrong with a checkpoint against its manifest (a missing, truncated or changed file), or None."""
-    try:
-        files = json.loads((directory / CHECKPOINT_MANIFEST).read_text())["files"]
-        expected = {name: (int(entry["bytes"]), str(entry["sha256"])) for name, entry in files.items()}
-    except FileNotFoundError:
-        return f"no {CHECKPOINT_MANIFEST} (damaged, or written by a version without checksums)"
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-        return f"unreadable {CHECKPOINT_MANIFEST} ({type(error).__name__})"
-    for name, (size, digest) in expected.items():
-        path = directory / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if path.stat().st_size != size:
-            return f"{name} has {path.stat().st_size} bytes, the manifest says {size}"
-        if _sha256(path) != digest:
-            return f"{name} does not match its checksum"
-    return None
-
-
-def remove_path(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _fsync_file(path: Path) -> None:
-    with path.open("rb") as handle:
-        os.fsync(handle.fileno())
-
-
-def _fsync_directory(path: Path) -> None:
-    """Makes a rename inside `path` survive a power loss (where the OS allows opening directories)."""
-    try:
-        descriptor = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def plot_curves(history: list[dict[str, Any]], output: Path) -> list[Path]:
-    """Training reward vs held-out success, and policy entropy, over steps."""
-    if not history:
-        return []
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    steps = [r["step"] for r in history]
-    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
-    left.plot(steps, [r["reward_mean"] for r in history], label="training reward")
-    evaluated = [r for r in history if "heldout_success" in r]
-    left.plot([r["step"] for r in evaluated], [r["heldout_success"] for r in evaluated], "o-", label="held-out success")
-    left.set_xlabel("step")
-    left.legend()
-    right.plot(steps, [r.get("entropy", float("nan")) for r in history], color="tab:purple", label="agent")
-    if any("simulator/entropy" in r for r in history):
-        right.plot(
-            steps, [r.get("simulator/entropy", float("nan")) for r in history], color="tab:orange", label="simulator"
-        )
-        right.legend()
-    right.set_xlabel("step")
-    right.set_title("policy token entropy")
-    figure.tight_layout()
-    path = output / "curves.png"
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return [path]
+            atomic_write(self.metrics_path, "".join(json.dumps(record) + "\n" for record in kept))

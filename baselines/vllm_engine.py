@@ -32,6 +32,8 @@ class VLLMGeneration:
         max_new_tokens: int,
         max_lora_rank: int = 64,
         gpu_memory_utilization: float = 0.4,
+        max_model_len: int | None = None,
+        dtype: str = "bfloat16",
         engine_kwargs: dict[str, Any] | None = None,
     ) -> None:
         usable, why = vllm_available()
@@ -45,6 +47,10 @@ class VLLMGeneration:
             max_lora_rank=max_lora_rank,
             max_loras=2,  # the agent's and the simulator's adapters stay loaded side by side
             gpu_memory_utilization=gpu_memory_utilization,  # the rest is for the trained models
+            max_model_len=max_model_len,  # else the model's own limit (e.g. 262k), whose KV cache need not fit
+            dtype=dtype,
+            # log-probs after temperature, as the trainer computes them (vLLM's default is before)
+            logprobs_mode="processed_logprobs",
             **(engine_kwargs or {}),
         )
         self.tokenizer = self.engine.get_tokenizer()
@@ -57,13 +63,13 @@ class VLLMGeneration:
     def handle(self, key: str) -> AdapterHandle:
         return AdapterHandle(self, key)
 
-    def sync(self, model: Any, key: str = "policy") -> str:
-        """Saves `key`'s trained adapter and serves it from now on; returns its (new) name."""
+    def sync(self, policy: Any, key: str = "policy") -> str:
+        """Saves `key`'s trained adapter (`policy.save`) and serves it from now on; returns its (new) name."""
         from vllm.lora.request import LoRARequest
 
         self.version += 1
         path = self.adapter_dir / key / f"v{self.version:06d}"
-        model.save_pretrained(path)
+        policy.save(path)
         name = f"{key}-v{self.version}"
         self.adapters[key] = LoRARequest(name, self.version, str(path))
         return name
@@ -90,8 +96,8 @@ class AdapterHandle:
     engine: VLLMGeneration
     key: str
 
-    def sync(self, model: Any) -> str:
-        return self.engine.sync(model, self.key)
+    def sync(self, policy: Any) -> str:
+        return self.engine.sync(policy, self.key)
 
     def generate(self, prompts: list[list[int]], seeds: Sequence[int | None]) -> list[Reply]:
         return self.engine.generate(prompts, seeds, self.key)

@@ -7,6 +7,7 @@ through the PettingZoo env (`PersuasionActsEnv.step` with the family's text `res
 Prints turns/s for each and the ratio. The testbed's target is >= 50,000 agent turns/s batched.
 
 Usage: OMP_NUM_THREADS=1 python benchmarks/acts_throughput.py [--episodes 4096] [--anchor-episodes 50]
+(or, under pytest-benchmark with the other benchmarks: pytest benchmarks/ --benchmark-only)
 """
 
 from __future__ import annotations
@@ -24,11 +25,10 @@ from scope_envs.persuasion_acts.simulators import ActFamily
 TARGET = 50_000
 
 
-def batched(episodes: int, simulator: ActFamily, seed: int = 0) -> float:
-    """Agent turns per second of a batched rollout."""
+def play_batched(episodes: int, simulator: ActFamily, seed: int = 0) -> int:
+    """Plays a batch of episodes to the end; returns the agent turns played."""
     rng = np.random.default_rng(seed)
     personas = load_reference().personas("train", 1000)
-    started = time.perf_counter()
     batch = ActsBatch(personas[rng.integers(len(personas), size=episodes)])
     turns = 0
     while batch.live.any():
@@ -40,14 +40,13 @@ def batched(episodes: int, simulator: ActFamily, seed: int = 0) -> float:
         if len(waiting):
             user_features, allowed = batch.user_features(waiting)
             batch.step_user(waiting, simulator.act(user_features, allowed, rng)[0])
-    return turns / (time.perf_counter() - started)
+    return turns
 
 
-def one_at_a_time(episodes: int, simulator: ActFamily, seed: int = 0) -> float:
-    """Agent turns per second through the PettingZoo env, one episode at a time."""
+def play_one_at_a_time(episodes: int, simulator: ActFamily, seed: int = 0) -> int:
+    """Plays episodes one at a time through the PettingZoo env; returns the agent turns played."""
     rng = np.random.default_rng(seed)
     env = PersuasionActsEnv()
-    started = time.perf_counter()
     turns = 0
     for episode in range(episodes):
         env.reset(seed=seed + episode)
@@ -58,7 +57,19 @@ def one_at_a_time(episodes: int, simulator: ActFamily, seed: int = 0) -> float:
             else:
                 reply = simulator.respond(env.view(USER), seed=int(rng.integers(2**31)))
                 env.step({USER: reply.text})
-    return turns / (time.perf_counter() - started)
+    return turns
+
+
+def batched(episodes: int, simulator: ActFamily, seed: int = 0) -> float:
+    """Agent turns per second of a batched rollout."""
+    started = time.perf_counter()
+    return play_batched(episodes, simulator, seed) / (time.perf_counter() - started)
+
+
+def one_at_a_time(episodes: int, simulator: ActFamily, seed: int = 0) -> float:
+    """Agent turns per second through the PettingZoo env, one episode at a time."""
+    started = time.perf_counter()
+    return play_one_at_a_time(episodes, simulator, seed) / (time.perf_counter() - started)
 
 
 def main() -> None:

@@ -21,21 +21,25 @@ def measure(trainer: Trainer, groups: int, group_size: int) -> tuple[float, floa
     return len(episodes) / elapsed, sum(e.generated_tokens for e in episodes) / elapsed
 
 
+def make_trainer(policy: str, max_new_tokens: int) -> Trainer:
+    config = TrainConfig(
+        env="P4G",
+        policy=policy,
+        env_kwargs={"persona_source": "synthetic", "exchanges": 2},
+        max_new_tokens=max_new_tokens,
+        tensorboard=False,
+        output_dir="runs/benchmark_rollouts",
+    ).validate()
+    return Trainer(config)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--episodes", type=int, default=8)
     parser.add_argument("--policy", default="smollm2")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     args = parser.parse_args()
-    config = TrainConfig(
-        env="P4G",
-        policy=args.policy,
-        env_kwargs={"persona_source": "synthetic", "exchanges": 2},
-        max_new_tokens=args.max_new_tokens,
-        tensorboard=False,
-        output_dir="runs/benchmark_rollouts",
-    ).validate()
-    trainer = Trainer(config)
+    trainer = make_trainer(args.policy, args.max_new_tokens)
     one_eps, one_tps = 0.0, 0.0
     for _ in range(args.episodes):  # one episode at a time: batch size 1 throughout
         eps, tps = measure(trainer, 1, 1)

@@ -15,6 +15,7 @@ def register_all() -> None:
         "scope_envs.p4g.env:P4GEnv",
         "Persuasion for Good: persuade the user to donate part of a $2 payment",
         reply_rules="scope_envs.p4g.rules:REPLY_RULES",
+        human_reference="scope_envs.p4g.human:human_reference",
     )
     register_dialogue_env(
         "Tau2Retail",
@@ -34,6 +35,8 @@ def register_all() -> None:
         "Persuasion for Good at the level of dialogue acts: Discrete actions, fast, calibrated on the corpus",
         rollout="scope_envs.persuasion_acts.rollout:collect",
         policies={"family": "scope_envs.persuasion_acts.simulators:make_family"},
+        vector_entry_point="scope_envs.persuasion_acts.vector:PersuasionActsVectorEnv",
+        view_kwargs={"obs": "features"},  # the Gymnasium views take arrays: PPO("MlpPolicy", gym.make(id))
     )
     register_dialogue_env(
         "CooperBench",

@@ -78,7 +78,13 @@ class OpenAISimulator(APISimulator):
         }
         request.update({k: v for k, v in optional.items() if v is not None})
         request.update(options)
-        response = await client.chat.completions.create(**request, extra_body=self.extra_body or None)
+        request.update(self.extra_body or {})
+        # The request is plain JSON already: posting it as the body skips the SDK's per-request
+        # transformation of the params (about half of its client CPU per request), while keeping its
+        # connection pool, error types and response model.
+        from openai.types.chat import ChatCompletion
+
+        response = await client.post("/chat/completions", body=request, cast_to=ChatCompletion)
         return self._reply(response)
 
     def _reply(self, response: Any) -> Reply:

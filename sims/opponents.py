@@ -14,6 +14,7 @@ group. The kinds:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -68,14 +69,26 @@ class Live:
 
 class Population:
     """The live simulator or a pool snapshot per group, drawn by the pool from a seeded stream
-    of (seed, step, group): a resumed run replays the same draws."""
+    of (seed, step, group): a resumed run replays the same draws. A uniform draw over a pool of
+    n snapshots and the live simulator leaves the live one, the only one that learns, 1/(n+1) of
+    the groups (at n = 4, a step of 4 groups has no live group about 41% of the time); with
+    `min_live_share` and the number of `groups` per step, at least ceil(share x groups) of each
+    step's groups, chosen by a seeded permutation, are the live simulator's."""
 
-    def __init__(self, pool: CheckpointPool, live: Any, *, seed: int = 0) -> None:
+    def __init__(
+        self, pool: CheckpointPool, live: Any, *, seed: int = 0, min_live_share: float = 0.0, groups: int = 1
+    ) -> None:
         self.pool = pool
         self.live = live
         self.seed = seed
+        self.live_groups = math.ceil(min_live_share * groups - 1e-9)
+        self.groups = groups
 
     def pick(self, step: int, group: int) -> tuple[str, Any]:
+        if self.live_groups and group < self.groups:
+            order = np.random.default_rng([self.seed, step, 11]).permutation(self.groups)
+            if group in order[: self.live_groups]:
+                return LIVE, self.live
         member = self.pool.sample(np.random.default_rng([self.seed, step, group, 7]), include_live=True)
         if member is None:
             return LIVE, self.live

@@ -122,7 +122,12 @@ class CheckpointPool:
         return self._loaded[member.id]
 
     def release(self) -> None:
-        """Forgets the loaded members (e.g. after each training step, when the pool may change)."""
+        """Forgets the loaded members (e.g. after each training step, when the pool may change),
+        closing those that hold resources (`close()`, such as an adapter loaded on a shared base)."""
+        for loaded in self._loaded.values():
+            close = getattr(loaded, "close", None)
+            if callable(close):
+                close()
         self._loaded.clear()
 
     def drop_after(self, step: int) -> list[PoolMember]:

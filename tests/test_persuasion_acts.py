@@ -34,7 +34,7 @@ def test_gymnasium_views_take_discrete_actions_and_text():
     env = gym.make("scope/PersuasionActs-v0")
     observation, info = env.reset(seed=3)
     assert env.action_space == gym.spaces.Discrete(len(PERSUADER_ACTS))
-    assert observation["features"].dtype == np.float32 and all(info["action_mask"])
+    assert observation.dtype == np.float32 and all(info["action_mask"])  # obs="features": a Box by default
     _, _, _, _, info = env.step(PROPOSITION)
     assert "[proposition-of-donation]" in info["messages"][-2]["content"]
     _, _, _, _, info = env.step("[ask-donation-amount] So, how much could you give?")
@@ -44,7 +44,7 @@ def test_gymnasium_views_take_discrete_actions_and_text():
     user_view = gym.make("scope/PersuasionActs-User-v0")
     observation, info = user_view.reset(seed=0)
     assert user_view.action_space == gym.spaces.Discrete(len(PERSUADEE_ACTS))
-    assert observation["features"].shape == (len(user_view.unwrapped.dialogue.observation_space(USER)["features"].low),)
+    assert observation.shape == user_view.unwrapped.dialogue.observation_space(USER).shape
 
 
 def test_decisions_answer_only_requests_and_bad_actions_are_explained():

@@ -115,7 +115,7 @@ def reshape(checkpoint):
 
 def reshape_and_resign(checkpoint):
     """Wrong shapes under a manifest that vouches for them: only loading finds the damage."""
-    from baselines.trainer import write_checkpoint_manifest
+    from baselines.checkpoints import write_checkpoint_manifest
 
     reshape(checkpoint)
     (checkpoint / "manifest.json").unlink()
@@ -139,7 +139,7 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint(tmp_path, finished_ru
     out = tmp_path / "run"
     shutil.copytree(finished, out)
     DAMAGE[damage](out / "checkpoints" / "step-000003")
-    with pytest.warns(UserWarning, match=r"resuming from step-000002.*step-000003"):
+    with pytest.warns(UserWarning, match=r"using step-000002.*step-000003"):
         assert train(*RESUMABLE, f"output_dir={out}", "--resume") == 0
     assert latest(out).name == "step-000003" and steps_logged(out) == [1, 2, 3]
     resumed = weights(latest(out))  # step 3 replayed from step 2: exactly the lost checkpoint
@@ -200,3 +200,17 @@ def test_a_step_with_too_many_failed_episodes_stops_the_run(tmp_path, api_simula
     assert record["failed_episode_share"] == 1.0
     with pytest.raises(ValueError, match="max_failed_episode_share must be in"):
         load_config(None, ["env=P4G", "max_failed_episode_share=1.5"])
+
+
+def test_evaluating_a_run_changes_nothing_in_its_folder(finished_run, tmp_path, capsys):
+    finished, _ = finished_run
+    out = tmp_path / "run"
+    shutil.copytree(finished, out)
+    # what a run still training has on disk: a checkpoint being written, and metrics past the last checkpoint
+    (out / "checkpoints" / ".step-000004.partial").mkdir()
+    with (out / "metrics.jsonl").open("a") as metrics:
+        metrics.write(json.dumps({"step": 4, "reward_mean": 0.0}) + "\n")
+    before = sorted((p.relative_to(out), p.read_bytes() if p.is_file() else b"") for p in out.rglob("*"))
+    assert main(["eval", str(out / "config.yaml"), f"output_dir={out}"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["step"] == 3
+    assert sorted((p.relative_to(out), p.read_bytes() if p.is_file() else b"") for p in out.rglob("*")) == before

@@ -105,14 +105,19 @@ class DialogueBatch:
 
     def pending(self, side: str) -> list[Pending]:
         """The live episodes whose turn it is for `side`, in index order."""
-        waiting = []
-        for i, env in enumerate(self.envs):
-            if self.results[i] is None and env.end is None and env.to_speak == side:
-                info = self._infos[i][side]
-                waiting.append(
-                    Pending(i, info["messages"], info["tools"], derive_seed(self._episode_seeds[i], len(env.log)))
-                )
-        return waiting
+        return [
+            waiting
+            for i, env in enumerate(self.envs)
+            if env.to_speak == side and (waiting := self.waiting(i)) is not None
+        ]
+
+    def waiting(self, index: int) -> Pending | None:
+        """Episode `index`'s view waiting on the side to speak (`envs[index].to_speak`), or None once it ended."""
+        env = self.envs[index]
+        if self.results[index] is not None or env.end is not None:
+            return None
+        info = self._infos[index][env.to_speak]
+        return Pending(index, info["messages"], info["tools"], derive_seed(self._episode_seeds[index], len(env.log)))
 
     def view(self, index: int, side: str) -> list[dict[str, Any]]:
         """Episode `index`'s current view of `side` (OpenAI dicts, as of the last step)."""
@@ -155,10 +160,17 @@ class DialogueBatch:
 
     def _generate(self, policy: TracedPolicy, side: str, waiting: list[Pending]) -> None:
         """One token-in, token-out turn of `policy` in every waiting episode."""
+        prompts = self.trace_prompts(policy, side, waiting)
+        self.record_generated(side, waiting, policy.generate(prompts, [p.seed for p in waiting]))
+
+    def trace_prompts(self, policy: TracedPolicy, side: str, waiting: Sequence[Pending]) -> list[list[int]]:
+        """The token-in prompt of `side`'s next turn in each waiting episode, from its `policy`'s trace."""
         for pending in waiting:
             self.traces[pending.index].setdefault(side, policy.start_trace())
-        prompts = [self.traces[p.index][side].next_prompt(p.messages, p.tools) for p in waiting]
-        replies = policy.generate(prompts, [p.seed for p in waiting])
+        return [self.traces[p.index][side].next_prompt(p.messages, p.tools) for p in waiting]
+
+    def record_generated(self, side: str, waiting: Sequence[Pending], replies: Sequence[Any]) -> None:
+        """Applies the replies generated from `trace_prompts` and records them in the traces."""
         for pending, reply in zip(waiting, replies, strict=True):
             # The trace has seen the view up to and including this reply; tool results the env
             # appends while stepping are new to the model and go into its next prompt.

@@ -32,6 +32,7 @@ class DialogueEnvInfo:
     rollout: str | None = None  # "module:function" of a vectorized rollout (see scope_envs.core.rollout)
     reply_rules: str | None = None  # "module:attribute" of a sequence of `ReplyRule`
     kwargs: Mapping[str, Any] = field(default_factory=dict)
+    human_reference: str | None = None  # "module:function": (env, *, split, limit) -> `HumanReference`
 
     @property
     def agent_id(self) -> str:
@@ -52,6 +53,10 @@ class DialogueEnvInfo:
         """The benchmark's vectorized rollout, or None: rollouts then play chat episodes."""
         return import_object(self.rollout) if self.rollout else None
 
+    def human_reference_function(self) -> Any:
+        """The benchmark's loader of human reference data (see `scope_envs.core.reference`), or None."""
+        return import_object(self.human_reference) if self.human_reference else None
+
 
 REGISTERED: dict[str, DialogueEnvInfo] = {}
 
@@ -64,6 +69,9 @@ def register_dialogue_env(
     rollout: str | None = None,
     reply_rules: str | None = None,
     policies: Mapping[str, str] | None = None,
+    vector_entry_point: str | None = None,
+    view_kwargs: Mapping[str, Any] | None = None,
+    human_reference: str | None = None,
     **kwargs: Any,
 ) -> DialogueEnvInfo:
     """Registers both views of the `DialogueEnv` at `entry_point`; `kwargs` are its defaults.
@@ -71,16 +79,21 @@ def register_dialogue_env(
     `policies` maps spec backend names the benchmark provides (e.g. its simulator families) to
     `"module:factory"`. Both views are registered as nondeterministic, as their partner is usually
     a language model; a view whose partner declares itself deterministic (scripted) reports itself
-    deterministic.
+    deterministic. `vector_entry_point` is the batched agent view that
+    `gymnasium.make_vec(id, vectorization_mode="vector_entry_point")` builds; `view_kwargs` are
+    defaults of the Gymnasium views only (e.g. an array observation where the env's own is a dict).
+    `human_reference` (`"module:function"`, `function(env, *, split, limit) -> HumanReference`)
+    loads people's conversations on the env's scenarios, for simulator fidelity.
     """
-    info = DialogueEnvInfo(name, entry_point, description, rollout, reply_rules, dict(kwargs))
+    info = DialogueEnvInfo(name, entry_point, description, rollout, reply_rules, dict(kwargs), human_reference)
     for env_id, view in ((info.agent_id, "AgentView"), (info.user_id, "UserView")):
         if env_id in gym.registry:
             del gym.registry[env_id]  # re-registration on module reload replaces, not warns
         gym.register(
             id=env_id,
             entry_point=f"scope_envs.core.views:{view}",
-            kwargs={"env": entry_point, **kwargs},
+            vector_entry_point=vector_entry_point if view == "AgentView" else None,
+            kwargs={"env": entry_point, **kwargs, **(view_kwargs or {})},
             nondeterministic=True,
         )
     for backend, factory in (policies or {}).items():

@@ -6,13 +6,15 @@ episode of every group stepped together so that each player answers all its wait
 one batched call. It returns one `Episode` per conversation with, for each player that keeps
 trajectories, the exact samples it generated.
 
-Two implementations exist and share this signature:
+Three implementations exist and share this signature:
 
     collect(make_env, groups, *, group_size, split, key, before_turn=None) -> list[Episode]
 
 * `collect_chat` here, for every `DialogueEnv`: chat turns through `DialogueBatch.play`; players
   that keep trajectories (`TracedPolicy`, e.g. a language model being trained) generate
   token-in, token-out;
+* `collect_async` (`scope_envs.core.async_rollout`): the same episodes, each advancing as soon as
+  its own reply arrives instead of in lockstep (`play_groups` is what the two share);
 * a benchmark's own vectorized rollout, declared with `register_dialogue_env(..., rollout=...)`,
   for envs whose dynamics run as arrays (see `scope_envs.core.registration`).
 
@@ -104,6 +106,24 @@ def collect_chat(
     before_turn: Callable[[], None] | None = None,
 ) -> list[Episode]:
     """Plays chat episodes; see the module docstring."""
+
+    def lockstep(batch: DialogueBatch, player_of: Callable[[int, str], Any]) -> None:
+        batch.play(player_of, before_turn=before_turn)
+
+    return play_groups(make_env, groups, group_size=group_size, split=split, play=lockstep)
+
+
+def play_groups(
+    make_env: Callable[[], DialogueEnv],
+    groups: Sequence[RolloutGroup],
+    *,
+    group_size: int,
+    split: str,
+    play: Callable[[DialogueBatch, Callable[[int, str], Any]], None],
+) -> list[Episode]:
+    """The episodes of `groups` (group-major, `group_size` each), reset from the group seeds and
+    played to their end by `play(batch, player_of)`: lockstep (`DialogueBatch.play`) or per episode
+    (`scope_envs.core.async_rollout`)."""
     seeds, options, group_of = [], [], []
     probe = make_env()
     scenarios = scenarios_of(probe, groups, split)
@@ -116,7 +136,7 @@ def collect_chat(
     batch = DialogueBatch([make_env() for _ in seeds])
     batch.reset(seeds=seeds, options=options)
     try:
-        batch.play(lambda index, side: groups[group_of[index]].players[side], before_turn=before_turn)
+        play(batch, lambda index, side: groups[group_of[index]].players[side])
     finally:
         for env in batch.envs:
             env.close()

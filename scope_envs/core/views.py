@@ -91,6 +91,11 @@ class DialogueView(gym.Env[str, Any]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         observations, infos = self.dialogue.reset(seed=seed, options=options)
+        if "messages" not in infos[self.partner_side]:
+            raise ValueError(
+                "a Gymnasium view plays the partner from its view, info['messages'], which this env's infos "
+                "leave out (an env option that keeps infos lean drops it); make the env with full infos"
+            )
         self._episode_seed = int(self.np_random.integers(MAX_SEED))
         self._over = False
         self._final = None
@@ -130,6 +135,13 @@ class DialogueView(gym.Env[str, Any]):
             info["partner_errors"] = partner_errors
         side = self.side
         return observations[side], float(rewards[side]), bool(terminations[side]), bool(truncations[side]), info
+
+    def action_masks(self) -> Any:
+        """The actions this side may take now (bool array), for masking learners such as
+        sb3-contrib's `MaskablePPO`; only for envs whose `DialogueEnv` has `action_mask(side)`."""
+        if not hasattr(self.dialogue, "action_mask"):
+            raise AttributeError(f"{type(self.dialogue).__name__} has no action mask: its actions are text")
+        return self.dialogue.action_mask(self.side)
 
     def render(self) -> str | None:
         text = self.dialogue.render() if self.dialogue.scenario is not None else ""

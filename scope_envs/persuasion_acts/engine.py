@@ -50,6 +50,13 @@ class ActsBatch:
     def __len__(self) -> int:
         return len(self.personas)
 
+    def restart(self, index: np.ndarray, personas: np.ndarray) -> None:
+        """Starts new episodes in rows `index`, with these personas (a vector env's reset of finished rows)."""
+        fresh = ActsBatch(personas, self.exchanges)
+        for name, column in vars(fresh).items():
+            if isinstance(column, np.ndarray):
+                getattr(self, name)[index] = column
+
     # ---- what each side sees -------------------------------------------------------------------
 
     def agent_features(self, index: np.ndarray | None = None) -> np.ndarray:

@@ -2,10 +2,14 @@
 
 Each side's action is one of its acts: an index into `Discrete` (array-based RL agents) or text
 that names the act (`[emotion-appeal] ...`, the way the turns are rendered, so language-model
-agents play the same game). Observations hold both: `features`, a numeric vector of the side's
-situation (`AGENT_FEATURES` / `USER_FEATURES`; the persuadee's persona is its own and hidden from
-the persuader, as in P4G), and `text`, the side's view of the conversation. `info["action_mask"]`
-marks the acts allowed now. The dynamics are `ActsBatch`'s, for a batch of one.
+agents play the same game). What a side observes is chosen with `obs=` (see
+`scope_envs.persuasion_acts.spaces`): `features`, a numeric vector of the side's situation
+(`AGENT_FEATURES` / `USER_FEATURES`; the persuadee's persona is its own and hidden from the
+persuader, as in P4G), `text`, the side's view of the conversation, or `both` (the default of the
+PettingZoo env; the Gymnasium views default to `features`). `action_mask=True` adds the allowed
+acts to the observation; `info["action_mask"]` always holds them (all zeros for the side that is
+not to speak). `info="lean"` keeps only numeric entries in the infos, for array-based MARL
+libraries. The dynamics are `ActsBatch`'s, for a batch of one.
 """
 
 from __future__ import annotations
@@ -28,20 +32,20 @@ from scope_envs.core.dialogue import (
     InvalidAction,
     Reward,
     Scenario,
+    Transition,
     user_reward_from,
 )
 from scope_envs.core.render import render_view
-from scope_envs.core.spaces import UnicodeText
 from scope_envs.persuasion_acts.acts import PERSUADEE_ACTS, PERSUADER_ACTS, act_text, parse_act
 from scope_envs.persuasion_acts.engine import ActsBatch
 from scope_envs.persuasion_acts.model import (
     AGENT_FEATURES,
     HORIZON,
-    PERSONA_LIMIT,
     PERSONA_TRAITS,
     USER_FEATURES,
     load_reference,
 )
+from scope_envs.persuasion_acts.spaces import assemble, check_options, observation_space
 
 PERSONAS_PER_SPLIT = {"train": 1000, "test": 200}
 ACTS = {AGENT: PERSUADER_ACTS, USER: PERSUADEE_ACTS}
@@ -101,7 +105,17 @@ class PersuasionActsEnv(DialogueEnv):
         "agent": "scope_envs.persuasion_acts.simulators:ScriptedPersuader",
     }
 
-    def __init__(self, *, exchanges: int = HORIZON, user_reward: str = "adversarial", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        exchanges: int = HORIZON,
+        user_reward: str = "adversarial",
+        obs: str = "both",
+        action_mask: bool = False,
+        info: str = "full",
+        **kwargs: Any,
+    ) -> None:
+        check_options(obs, info)
         if user_reward not in USER_REWARDS:
             raise ValueError(f"user_reward must be one of {USER_REWARDS}, got {user_reward!r}")
         if exchanges < 1:
@@ -111,17 +125,12 @@ class PersuasionActsEnv(DialogueEnv):
         super().__init__(**kwargs)
         self.exchanges = exchanges
         self.user_reward = user_reward
+        self.obs, self.mask_in_obs, self.info_mode = obs, bool(action_mask), info
         self.reference = load_reference()
         self.personas = {split: self.reference.personas(split, n) for split, n in PERSONAS_PER_SPLIT.items()}
         width = {AGENT: len(AGENT_FEATURES), USER: len(USER_FEATURES)}
         self.observation_spaces = {
-            side: spaces.Dict(
-                {
-                    "features": spaces.Box(-PERSONA_LIMIT, PERSONA_LIMIT, (width[side],), np.float32),
-                    "text": UnicodeText(),
-                }
-            )
-            for side in (AGENT, USER)
+            side: observation_space(width[side], len(ACTS[side]), obs, self.mask_in_obs) for side in (AGENT, USER)
         }
         self.action_spaces = {side: spaces.Discrete(len(ACTS[side])) for side in (AGENT, USER)}
         self.batch = ActsBatch(np.zeros((1, len(PERSONA_TRAITS))), exchanges)
@@ -161,6 +170,13 @@ class PersuasionActsEnv(DialogueEnv):
         if side == AGENT:
             return np.ones(len(PERSUADER_ACTS), np.int8)
         return self.batch.user_features(np.array([0]))[1][0].astype(np.int8)
+
+    def action_mask(self, side: str) -> np.ndarray:
+        """The acts `side` may take now as a bool array, in the form libraries accept: all ones for
+        the side that is not to speak (its action is ignored). `action_masks()` of the views."""
+        if self.to_speak != side:
+            return np.ones(len(ACTS[side]), bool)
+        return self.allowed(side).astype(bool)
 
     def interpret_action(self, side: str, action: Any) -> str:
         """The act's canonical text, from an act index or any text that names an allowed act."""
@@ -206,15 +222,37 @@ class PersuasionActsEnv(DialogueEnv):
 
     # ---- observations ---------------------------------------------------------------------------
 
-    def observe(self, side: str) -> dict[str, Any]:
+    def observe(self, side: str) -> Any:
         if side == AGENT:
             features = self.batch.agent_features(np.array([0]))[0]
         else:
             features = self.batch.user_features(np.array([0]))[0][0]
-        return {"features": features.astype(np.float32), "text": render_view(self.views[side])}
+        text = render_view(self.views[side]) if self.obs != "features" else None
+        return assemble(features, text, self.action_mask(side) if self.mask_in_obs else None, self.obs)
 
     def side_info(self, side: str) -> dict[str, Any]:
         return {"action_mask": self.allowed(side).tolist()}
+
+    # ---- lean infos -----------------------------------------------------------------------------
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict, dict]:
+        observations, infos = super().reset(seed=seed, options=options)
+        return observations, self._lean(infos)
+
+    def step(self, actions: Mapping[str, Any]) -> Transition:
+        observations, rewards, terminations, truncations, infos = super().step(actions)
+        return observations, rewards, terminations, truncations, self._lean(infos)
+
+    def _lean(self, infos: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """With `info="lean"`: the same keys at every step, numbers only (TorchRL stacks them); the
+        mask is in the observation or here, never in both."""
+        if self.info_mode == "full":
+            return infos
+        lean = {side: {"speaking": np.int8(self.to_speak == side)} for side in infos}
+        if not self.mask_in_obs:
+            for side in infos:
+                lean[side]["action_mask"] = self.action_mask(side).astype(np.int8)
+        return lean
 
 
 def parallel_env(**kwargs: Any) -> PersuasionActsEnv:

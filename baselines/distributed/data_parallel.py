@@ -1,0 +1,67 @@
+"""Data parallelism of one learner over `torch.distributed` ranks (gloo on CPU, NCCL on GPU).
+
+Every rank holds the same model and optimizer state and the whole batch of the step. The trainer's
+`update` computes the batch's `BatchTotals` over ALL its samples, so each micro-batch's loss is its
+share of the whole batch's loss; each rank then runs the backward pass of its own micro-batches
+(`shard`: every `world_size`-th one), the gradients are summed over the ranks (`all_reduce_gradients`),
+and every rank takes the same clipped optimizer step. The sum of the shares' gradients is the whole
+batch's gradient, so the step is that of one rank with the whole batch (up to the order of float sums).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+Item = TypeVar("Item")
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """This process's rank among `world_size` ranks of one learner group (`torch.distributed`,
+    already initialized: `init`)."""
+
+    rank: int
+    world_size: int
+
+    @classmethod
+    def init(cls, rank: int, world_size: int, *, init_method: str, backend: str | None = None) -> DataParallel:
+        """Joins the process group: gloo on CPU, NCCL when CUDA is there (unless `backend` says otherwise)."""
+        import torch
+        import torch.distributed as dist
+
+        backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size)
+        return cls(rank, world_size)
+
+    def shard(self, items: Sequence[Item]) -> list[Item]:
+        """This rank's share of `items` (every `world_size`-th, starting at its rank)."""
+        return list(items[self.rank :: self.world_size])
+
+    def all_reduce_gradients(self, parameters: Iterable[Any]) -> None:
+        """Sums each parameter's gradient over the ranks (a rank without micro-batches adds zeros)."""
+        import torch
+        import torch.distributed as dist
+
+        for parameter in parameters:
+            if parameter.grad is None:
+                parameter.grad = torch.zeros_like(parameter)
+            dist.all_reduce(parameter.grad, op=dist.ReduceOp.SUM)
+
+    def all_reduce_sum(self, value: float) -> float:
+        """A number summed over the ranks (the step's loss, from each rank's micro-batches)."""
+        import torch
+        import torch.distributed as dist
+
+        device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+        total = torch.tensor([float(value)], dtype=torch.float64, device=device)
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        return float(total.item())
+
+    @staticmethod
+    def close() -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()

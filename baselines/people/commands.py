@@ -1,0 +1,212 @@
+"""The `scope` subcommands for people: `play --human`, `serve`, `view`, `study export`, `export`."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+from pathlib import Path
+
+COMMANDS = ("serve", "view", "study", "export")
+TOKEN_VARIABLE = "SCOPE_SERVE_TOKEN"
+
+
+def add_play_arguments(play: argparse.ArgumentParser) -> None:
+    play.add_argument(
+        "--human",
+        choices=["agent", "user"],
+        default=None,
+        help="play this side yourself in the terminal (the other side is --opponent)",
+    )
+    play.add_argument(
+        "--opponent",
+        default="scripted",
+        help="with --human: spec of the other side (scripted, openai:MODEL, hf:CHECKPOINT, ...)",
+    )
+    play.add_argument("--save", default="play_episodes.jsonl", help="with --human: JSONL file the episode is added to")
+
+
+def _server_arguments(parser: argparse.ArgumentParser, port: int) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    parser.add_argument("--port", type=int, default=port)
+    parser.add_argument("--public", action="store_true", help="allow a non-loopback --host (needs a token)")
+    parser.add_argument(
+        "--token",
+        default=None,
+        help=f"access token every visitor must present (or ${TOKEN_VARIABLE}); required with --public",
+    )
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    serve = commands.add_parser("serve", help="the web app: play in a browser, run a human study")
+    _server_arguments(serve, 8000)
+    serve.add_argument(
+        "--opponent",
+        action="append",
+        default=None,
+        help="a policy spec players may choose as opponent; repeatable (default: scripted)",
+    )
+    serve.add_argument("--env", action="append", default=None, help="an env offered to players; repeatable")
+    serve.add_argument(
+        "--env-arg",
+        action="append",
+        default=[],
+        metavar="ENV:KEY=VALUE",
+        help="a constructor argument of one env, e.g. MyEnv:max_turns=10; repeatable",
+    )
+    serve.add_argument("--study", default=None, help="a study file (YAML): serve it at /study")
+    serve.add_argument("--study-db", default=None, help="the study's SQLite file (default: STUDY.sqlite)")
+    serve.add_argument("--save", default="play_episodes.jsonl", help="JSONL file finished games are added to")
+    serve.add_argument("--run", default=None, help="also browse this training run's episodes at /view")
+
+    view = commands.add_parser("view", help="browse the episodes a training run saved (web app)")
+    view.add_argument("run_dir", help="a run folder (with episodes.jsonl) or an episodes JSONL file")
+    _server_arguments(view, 8001)
+
+    study = commands.add_parser("study", help="human studies")
+    study_commands = study.add_subparsers(dest="study_command", required=True)
+    export = study_commands.add_parser("export", help="the results table of a study, and per-condition outcomes")
+    export.add_argument("db", help="the study's SQLite file")
+    export.add_argument("--out", default="study_results.csv", help="CSV of episodes (a .summary.csv goes beside it)")
+
+    dataset = commands.add_parser("export", help="export saved episodes as JSONL or a Hugging Face dataset")
+    dataset.add_argument("source", help="a run folder or an episodes JSONL file")
+    dataset.add_argument("out", help="output path (a JSONL file, or a dataset folder for --format hf)")
+    dataset.add_argument("--format", choices=["jsonl", "hf"], default="hf")
+
+
+def wants(args: argparse.Namespace) -> bool:
+    return args.command in COMMANDS or (args.command == "play" and getattr(args, "human", None) is not None)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.command == "play":
+            return _play(args)
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "view":
+            return _view(args)
+        if args.command == "study":
+            return _study_export(args)
+        return _export(args)
+    except ValueError as error:
+        print(f"scope {args.command}: {error}", file=sys.stderr)
+        return 2
+
+
+def _play(args: argparse.Namespace) -> int:
+    from baselines.cli import _key_value
+    from baselines.people.game import GameSettings
+    from baselines.people.terminal import play_in_terminal
+
+    settings = GameSettings(
+        args.env,
+        args.human,
+        args.opponent,
+        args.seed,
+        args.task_id,
+        args.split,
+        dict(_key_value(item) for item in args.env_arg),
+    )
+    return play_in_terminal(settings, args.save)
+
+
+def check_bind(host: str, public: bool, token: str | None) -> None:
+    """Loopback is always allowed; any other address needs `--public` and a token."""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not (public and token):
+        raise ValueError(
+            f"refusing to bind {host}: a non-loopback address needs --public and --token "
+            f"(or ${TOKEN_VARIABLE}); the default 127.0.0.1 is reachable from this machine only"
+        )
+
+
+def _start(app: object, args: argparse.Namespace, token: str | None) -> int:
+    import uvicorn
+
+    suffix = f"/?access={token}" if token else "/"
+    print(f"serving on http://{args.host}:{args.port}{suffix}", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from baselines.cli import _key_value
+    from baselines.people.api_models import ServerSettings
+    from baselines.people.app import create_app
+    from baselines.people.study import load_study
+    from baselines.people.study_api import participant_links
+
+    token = args.token or os.environ.get(TOKEN_VARIABLE)
+    check_bind(args.host, args.public, token)
+    env_kwargs: dict[str, dict[str, object]] = {}
+    for item in args.env_arg:
+        env, sep, rest = item.partition(":")
+        if not sep:
+            raise ValueError(f"--env-arg expects ENV:KEY=VALUE, got {item!r}")
+        key, value = _key_value(rest)
+        env_kwargs.setdefault(env, {})[key] = value
+    study = load_study(args.study) if args.study else None
+    db = Path(args.study_db or Path(args.study).with_suffix(".sqlite")) if args.study else None
+    settings = ServerSettings(
+        opponents=args.opponent or ["scripted"],
+        envs=args.env,
+        save_path=Path(args.save),
+        study=study,
+        study_db=db,
+        run_dir=Path(args.run) if args.run else None,
+        access_token=token,
+        env_kwargs=env_kwargs,
+    )
+    app = create_app(settings)
+    if study is not None:
+        tokens = {p["id"]: p["token"] for p in app.state.study.store.participants()}
+        links = participant_links(f"http://{args.host}:{args.port}", tokens)
+        print(f"study {study.name}: {len(links)} participants, stored in {db}", flush=True)
+        for link in links:
+            print(f"  {link}{'&access=' + token if token else ''}", flush=True)
+    return _start(app, args, token)
+
+
+def _view(args: argparse.Namespace) -> int:
+    from baselines.people.api_models import ServerSettings
+    from baselines.people.app import create_app
+    from baselines.people.episode_store import read_run_episodes
+
+    token = args.token or os.environ.get(TOKEN_VARIABLE)
+    check_bind(args.host, args.public, token)
+    run_dir = Path(args.run_dir)
+    if not run_dir.exists():
+        raise ValueError(f"no run at {run_dir}")
+    count = len(read_run_episodes(run_dir))
+    print(f"{count} saved episodes in {run_dir}", flush=True)
+    app = create_app(ServerSettings(run_dir=run_dir, access_token=token, envs=[]))
+    print(f"open http://{args.host}:{args.port}/view", flush=True)
+    return _start(app, args, token)
+
+
+def _study_export(args: argparse.Namespace) -> int:
+    from baselines.people.export import write_study_results
+
+    out, summary = write_study_results(args.db, args.out)
+    print(f"episodes: {out}\nper condition: {out.with_suffix('.summary.csv')}")
+    for row in summary:
+        print(
+            f"  {row['condition']}: outcome {row['outcome_mean']:.3f} "
+            f"[{row['ci95_low']:.3f}, {row['ci95_high']:.3f}] over {row['episodes']} episodes"
+        )
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from baselines.people.export import export_episodes
+
+    count = export_episodes(args.source, args.out, args.format)
+    loader = "datasets.load_from_disk" if args.format == "hf" else "baselines.people.records.read_records"
+    print(f"{count} episodes written to {args.out} (load with {loader})")
+    return 0

@@ -1,0 +1,229 @@
+"""One person's episode: a person plays one side of any registered environment, a policy the other.
+
+`HumanGame` drives a `DialogueEnv` turn by turn: `start` resets it and lets the opponent speak
+until it is the person's turn; `say(text)` and `call_tool(name, arguments)` are the person's
+turn (a tool call is validated against the side's OpenAI tool schema first, so a mistyped
+argument is reported and nothing is sent); after each of them the opponent speaks again.
+`state()` is what a front end shows: the person's own view, their tools, whose turn it is, and at
+the end the end reason and the reward breakdown (`info["reward_info"]`). `record()` is the
+episode as an `EpisodeRecord`. Opponent replies are seeded with `derive_seed(seed, position)`,
+as in the Gymnasium views, so a scripted opponent replays a game exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from baselines.people.records import EpisodeRecord, log_entries
+from scope_envs.core.batch import play_turn
+from scope_envs.core.chat import Message, ToolCall, tool_name
+from scope_envs.core.dialogue import SIDES, DialogueEnv, other_side
+from scope_envs.core.policy import Reply
+from scope_envs.core.registration import find_env
+from scope_envs.core.seeding import derive_seed
+from scope_envs.core.specs import resolve_policy
+from scope_envs.core.tools import validate_arguments
+from sims.verbalized import VerbalizedSampling
+from sims.wrapper import SimulatorWrapper
+
+HUMAN = "human"
+
+
+class InvalidMove(ValueError):
+    """A person's turn that is refused before it reaches the env (nothing changes)."""
+
+
+class ReplyRecorder(SimulatorWrapper):
+    """Passes replies through and keeps the Verbalized Sampling candidates of each, by the view it answered."""
+
+    def __init__(self, simulator: Any) -> None:
+        super().__init__(simulator)
+        self.candidates: dict[str, dict[str, Any]] = {}
+
+    def respond(self, messages: Any, tools: Any = None, *, seed: int | None = None) -> Reply:
+        reply = super().respond(messages, tools, seed=seed)
+        self._keep(messages, reply)
+        return reply
+
+    def respond_batch(self, batch: Sequence[Any], tools: Any = None, *, seeds: Any = None) -> list[Reply]:
+        replies = super().respond_batch(batch, tools, seeds=seeds)
+        for messages, reply in zip(batch, replies, strict=True):
+            self._keep(messages, reply)
+        return replies
+
+    def _keep(self, messages: Any, reply: Reply) -> None:
+        if "vs_candidates" in reply.metadata:
+            self.candidates[view_key(messages)] = {
+                "candidates": list(reply.metadata["vs_candidates"]),
+                "probabilities": list(reply.metadata.get("vs_probabilities", [])),
+            }
+
+
+def view_key(messages: Sequence[Any]) -> str:
+    """A key for a view (OpenAI dicts or `Message`s), the same for equal views."""
+    dicts = [m.to_openai() if isinstance(m, Message) else dict(m) for m in messages]
+    return json.dumps(dicts, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def vs_annotations(env: DialogueEnv, side: str, recorder: ReplyRecorder) -> dict[int, dict[str, Any]]:
+    """Log position -> VS candidates for `side`'s replies in `env`'s finished conversation: the
+    k-th assistant message of the side's view is its k-th assistant entry in the log."""
+    view = env.view(side)
+    positions = [i for i, (speaker, message) in enumerate(env.log) if speaker == side and message.role == "assistant"]
+    found, k = {}, 0
+    for j, message in enumerate(view):
+        if message.role != "assistant":
+            continue
+        if k < len(positions) and (vs := recorder.candidates.get(view_key(view[:j]))) is not None:
+            found[positions[k]] = vs
+        k += 1
+    return found
+
+
+def build_opponent(spec: str, env: DialogueEnv, side: str, k: int = 5) -> Any:
+    """A policy from a spec; `vs:SPEC` wraps SPEC's policy in Verbalized Sampling (k candidates)."""
+    if spec.startswith("vs:"):
+        return VerbalizedSampling(resolve_policy(spec[3:], env=env, side=side), k=k)
+    return resolve_policy(spec, env=env, side=side)
+
+
+@dataclass(frozen=True)
+class GameSettings:
+    env: str
+    human: str  # the side the person plays
+    opponent: str = "scripted"
+    seed: int = 0
+    task_id: str | None = None
+    split: str | None = None
+    env_kwargs: Mapping[str, Any] | None = None
+
+
+class HumanGame:
+    """See the module docstring."""
+
+    def __init__(self, settings: GameSettings, *, opponent: Any = None) -> None:
+        if settings.human not in SIDES:
+            raise ValueError(f"--human must be one of {', '.join(SIDES)}, got {settings.human!r}")
+        self.settings = settings
+        self.info = find_env(settings.env)
+        self.env: DialogueEnv = self.info.make(**dict(settings.env_kwargs or {}))
+        self.side = settings.human
+        self.opponent_side = other_side(self.side)
+        policy = opponent or build_opponent(settings.opponent, self.env, self.opponent_side)
+        self.opponent = ReplyRecorder(policy)
+        self.infos: dict[str, dict[str, Any]] = {}
+        self.rewards: dict[str, float] = dict.fromkeys(SIDES, 0.0)
+        self.last_error: str | None = None
+        self._vs_by_position: dict[int, dict[str, Any]] = {}
+
+    def start(self) -> dict[str, Any]:
+        return self.replay([])
+
+    def replay(self, entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Starts the episode and re-applies stored log entries (`EpisodeRecord.log`): each side's
+        own messages are stepped again, tool results and opening turns come from the env itself.
+        Then the opponent speaks if it is its turn. A study resumes an episode this way."""
+        options = {k: v for k, v in (("task_id", self.settings.task_id), ("split", self.settings.split)) if v}
+        _, self.infos = self.env.reset(seed=self.settings.seed, options=options)
+        self._vs_by_position = {}
+        for position, entry in enumerate(entries):
+            if position < len(self.env.log):
+                continue  # an opening turn or a tool result: the env adds it again
+            message = entry["message"]
+            if message.get("role") != "assistant" or self.over:
+                raise ValueError(f"stored turn {position} does not fit the replayed episode")
+            side = entry["side"]
+            self._take(self.env.step({side: Message.from_openai(message), other_side(side): ""}))
+            if "vs" in entry:
+                self._vs_by_position[position] = entry["vs"]
+        self._let_opponent_speak()
+        return self.state()
+
+    @property
+    def over(self) -> bool:
+        return self.env.end is not None
+
+    def tools(self) -> list[dict[str, Any]]:
+        return self.infos[self.side]["tools"] if self.infos else []
+
+    def say(self, text: str) -> dict[str, Any]:
+        if not text.strip():
+            raise InvalidMove("say something (an empty turn is not sent)")
+        return self._act(text)
+
+    def call_tool(self, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        schemas = {tool_name(schema): schema for schema in self.tools()}
+        if name not in schemas:
+            raise InvalidMove(f"unknown tool {name!r}; your tools: {', '.join(sorted(schemas)) or 'none'}")
+        error = validate_arguments(schemas[name], arguments)
+        if error is not None:
+            raise InvalidMove(f"{name}: {error}")
+        return self._act(Message("assistant", None, tool_calls=(ToolCall.create(name, arguments),)))
+
+    def _act(self, action: Any) -> dict[str, Any]:
+        if self.over:
+            raise InvalidMove("the episode is over")
+        if self.env.to_speak != self.side:
+            raise InvalidMove(f"it is the {self.env.to_speak}'s turn")
+        transition = self.env.step({self.side: action, self.opponent_side: ""})
+        self._take(transition)
+        self.last_error = transition[4][self.side].get("error")
+        self._let_opponent_speak()
+        return self.state()
+
+    def _take(self, transition: Any) -> None:
+        self.infos = transition[4]
+        self.rewards = {side: float(value) for side, value in transition[1].items()}
+
+    def _let_opponent_speak(self) -> None:
+        while not self.over and self.env.to_speak == self.opponent_side:
+            position = len(self.env.log)
+            before = len(self.opponent.candidates)
+            seed = derive_seed(self.settings.seed, position)
+            info = self.infos[self.opponent_side]
+            self._take(play_turn(self.env, self.opponent_side, self.opponent, info, seed))
+            if len(self.opponent.candidates) > before:
+                self._vs_by_position[position] = self.opponent.candidates[view_key(info["messages"])]
+
+    def state(self) -> dict[str, Any]:
+        """What a front end shows the person (their own side only: never the other side's prompt)."""
+        info = self.infos[self.side]
+        state: dict[str, Any] = {
+            "env": self.settings.env,
+            "side": self.side,
+            "opponent": self.settings.opponent,
+            "scenario_id": info["scenario_id"],
+            "messages": info["messages"],
+            "log": log_entries(self.env.log, self._vs_by_position),
+            "tools": info["tools"],
+            "your_turn": not self.over and self.env.to_speak == self.side,
+            "over": self.over,
+            "error": self.last_error,
+        }
+        if self.over:
+            state["end_reason"] = info.get("end_reason")
+            state["end_detail"] = info.get("end_detail", "")
+            state["rewards"] = self.rewards
+            state["reward_info"] = {side: self.infos[side].get("reward_info", {}) for side in SIDES}
+        return state
+
+    def record(self, *, source: str = "play", extra: Mapping[str, Any] | None = None) -> EpisodeRecord:
+        players = {self.side: HUMAN, self.opponent_side: self.settings.opponent}
+        return EpisodeRecord(
+            env=self.settings.env,
+            scenario_id=self.infos[self.side]["scenario_id"],
+            seed=self.settings.seed,
+            players=players,
+            log=log_entries(self.env.log, self._vs_by_position),
+            messages={side: self.infos[side]["messages"] for side in SIDES},
+            rewards=self.rewards,
+            reward_info={side: self.infos[side].get("reward_info", {}) for side in SIDES},
+            end_reason=self.env.end.reason if self.env.end else "unfinished",
+            turns=self.env.turns,
+            simulator=self.settings.opponent,
+            source=source,
+            extra=dict(extra or {}),
+        )

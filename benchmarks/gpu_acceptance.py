@@ -1,0 +1,254 @@
+"""GPU acceptance: a few training steps of every method on P4G and tau2 retail, in bfloat16 with LoRA.
+
+Nothing is downloaded: the policy is a randomly initialised Qwen3-architecture model with a
+tokenizer built locally (saved to a temporary folder and trained through the `hf:PATH` spec), and
+the user is each benchmark's scripted simulator (wrapped in Verbalized Sampling for `vs`; the
+co-trained model itself for `cotrain` and `population`). For each run it reports the importance
+ratio of the first update (how well the generation and training log-probs agree before any
+update: 1 within tolerance), loss and reward per step, generated tokens/s, and, on a GPU, the peak
+memory (`torch.cuda.max_memory_allocated`) next to `scope plan`'s estimate for the same run. The
+exit status is non-zero when a check fails.
+
+Usage:
+    python benchmarks/gpu_acceptance.py                 # on the GPU (under 8 minutes on one H200)
+    python benchmarks/gpu_acceptance.py --device cpu    # a smaller model; no memory comparison
+    python benchmarks/gpu_acceptance.py --envs P4G --methods single population --steps 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from baselines.config import TrainConfig, load_config
+from baselines.plan import GB, LINEAR_MODULES, plan
+from baselines.trainer import Trainer
+
+METHODS = ("single", "vs", "cotrain", "population")
+ENVS = {
+    "P4G": {"persona_source": "synthetic", "exchanges": 2},
+    "Tau2Retail": {"max_turns": 6},
+}
+SHORT_ENVS = {"P4G": {"persona_source": "synthetic", "exchanges": 1}, "Tau2Retail": {"max_turns": 4}}  # on a CPU
+# the model's shape per device: big enough on a GPU for its memory to be more than the allocator's noise
+MODEL_SHAPES = {
+    "cuda": {
+        "hidden_size": 1024,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+    },
+    "cpu": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+    },
+}
+RATIO_TOLERANCE = {"bfloat16": 0.05, "float32": 0.005}
+MEMORY_TOLERANCE = 0.25
+H200_GB = 141
+
+
+def build_model(directory: Path, device: str, seed: int = 0) -> Path:
+    """A randomly initialised Qwen3 model and a local ChatML tokenizer, saved where `hf:PATH` loads them."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from sims.testing import tiny_chat_model
+
+    _, tokenizer = tiny_chat_model(seed)  # the tokenizer the tests build offline
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        max_position_embeddings=16384,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        **MODEL_SHAPES["cuda" if device.startswith("cuda") else "cpu"],
+    )
+    Qwen3ForCausalLM(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def run_config(env: str, method: str, model: Path, output: Path, args: argparse.Namespace) -> TrainConfig:
+    cuda = args.device.startswith("cuda")
+    settings: dict[str, Any] = {
+        "env": env,
+        "env_kwargs": ENVS[env] if cuda else SHORT_ENVS[env],
+        "policy": f"hf:{model}",
+        "device": args.device,
+        "method": method,
+        "simulators": ["scripted"],
+        "eval_simulators": ["scripted"],
+        "eval_tasks": 1,
+        "eval_every": args.steps,
+        "checkpoint_every": args.steps,
+        "steps": args.steps,
+        "groups_per_step": 2,
+        "group_size": 4 if cuda else 2,
+        "max_new_tokens": 48 if cuda else 8,
+        "temperature": 1.0,
+        "lr": 1e-4,
+        "dtype": args.dtype,
+        "lora": {"r": 8, "lora_alpha": 16, "target_modules": list(LINEAR_MODULES)},
+        "gradient_checkpointing": True,
+        "logprob_chunk": 256,
+        "micro_batch": 4,
+        "generation_batch": 8,
+        "max_model_len": 16384,  # a tau2 agent prompt is ~5.5k tokens of this byte-level tokenizer
+        "gpus": 1,
+        "gpu_memory_gb": args.gpu_memory_gb,
+        "pool_every": 1,
+        "pool_size": 2,
+        "tensorboard": False,
+        "output_dir": str(output / f"{env}_{method}"),
+        "seed": args.seed,
+    }
+    return load_config(None, [f"{key}={json.dumps(value)}" for key, value in settings.items()])  # JSON is YAML
+
+
+class MeasuredTrainer(Trainer):
+    """The trainer, noting the longest trained sequence and the largest batches it met, so that
+    `scope plan` can be asked about the run as it really was."""
+
+    longest = 0
+    trained_rows = 0
+
+    def update(self, learner: Any, episodes: list[Any], groups: list[int], *args: Any, **kwargs: Any) -> Any:
+        samples = [s for e in episodes if e.group in groups for s in e.samples.get(learner.side, [])]
+        self.longest = max([self.longest, *(len(s.ids) for s in samples)])
+        self.trained_rows = max(self.trained_rows, len(samples))
+        return super().update(learner, episodes, groups, *args, **kwargs)
+
+
+@dataclasses.dataclass
+class Outcome:
+    env: str
+    method: str
+    records: list[dict[str, Any]]
+    seconds: float
+    peak_bytes: int | None
+    planned_bytes: int | None
+    failures: list[str]
+
+
+def run_one(env: str, method: str, model: Path, output: Path, args: argparse.Namespace) -> Outcome:
+    import torch
+
+    config = run_config(env, method, model, output, args)
+    cuda = args.device.startswith("cuda")
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    trainer = MeasuredTrainer(config)
+    records = trainer.run(progress=False)
+    seconds = time.perf_counter() - started
+    failures = check_records(records, config)
+    peak = planned = None
+    if cuda:
+        peak = torch.cuda.max_memory_allocated()
+        episodes = config.groups_per_step * config.group_size
+        as_run = dataclasses.replace(
+            config,
+            max_model_len=max(trainer.longest, 1),
+            micro_batch=min(config.micro_batch, max(trainer.trained_rows, 1)),
+            generation_batch=min(config.generation_batch, episodes),
+        )
+        planned = plan(as_run).total
+        if abs(peak / planned - 1) > MEMORY_TOLERANCE:
+            failures.append(
+                f"peak memory {peak / GB:.2f} GB is not within {MEMORY_TOLERANCE:.0%} "
+                f"of the plan's {planned / GB:.2f} GB"
+            )
+    return Outcome(env, method, records, seconds, peak, planned, failures)
+
+
+def check_records(records: list[dict[str, Any]], config: TrainConfig) -> list[str]:
+    """The run trained every step with finite numbers, and its first update saw generation and
+    training log-probs agree (importance ratio 1 within the dtype's tolerance)."""
+    failures = []
+    if len(records) != config.steps:
+        failures.append(f"{len(records)} metrics records for {config.steps} steps")
+    tolerance = RATIO_TOLERANCE[config.dtype]
+    sides = [""] + (["simulator/"] if config.method in {"cotrain", "population"} else [])
+    for record in records:
+        for key in ("reward_mean", *(f"{side}loss" for side in sides)):
+            if not math.isfinite(record.get(key, math.nan)):
+                failures.append(f"step {record.get('step')}: {key} is {record.get(key)}")
+    if records:
+        for side in sides:
+            ratio = records[0].get(f"{side}ratio_mean", math.nan)
+            if not abs(ratio - 1) <= tolerance:
+                failures.append(f"step 1 {side}ratio_mean {ratio} is not 1 within {tolerance}")
+    return failures
+
+
+def format_table(outcomes: Sequence[Outcome]) -> str:
+    lines = [
+        f"{'env':<11} {'method':<11} {'ratio@0':>8} {'tokens/s':>9} {'peak GB':>8} {'plan GB':>8} "
+        f"{'seconds':>8}  loss per step / reward per step",
+    ]
+    for outcome in outcomes:
+        first = outcome.records[0] if outcome.records else {}
+        losses = " ".join(f"{r.get('loss', math.nan):+.3f}" for r in outcome.records)
+        rewards = " ".join(f"{r.get('reward_mean', math.nan):.2f}" for r in outcome.records)
+        tokens = sum(r.get("generated_tokens_per_s", 0.0) for r in outcome.records) / max(len(outcome.records), 1)
+        peak = f"{outcome.peak_bytes / GB:8.2f}" if outcome.peak_bytes is not None else f"{'-':>8}"
+        planned = f"{outcome.planned_bytes / GB:8.2f}" if outcome.planned_bytes is not None else f"{'-':>8}"
+        lines.append(
+            f"{outcome.env:<11} {outcome.method:<11} {first.get('ratio_mean', math.nan):8.4f} {tokens:9.1f} "
+            f"{peak} {planned} {outcome.seconds:8.1f}  {losses} / {rewards}"
+        )
+        lines += [f"    FAIL: {failure}" for failure in outcome.failures]
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda", help="cuda (the acceptance run) or cpu (the smaller check)")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument("--gpu-memory-gb", type=float, default=H200_GB, help="the GPU's memory, for the plan")
+    parser.add_argument("--output", type=Path, default=None, help="where the runs go (default: a temporary folder)")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            print("gpu_acceptance: no CUDA device; --device cpu runs the smaller check", file=sys.stderr)
+            return 2
+    with tempfile.TemporaryDirectory(prefix="scope-acceptance-") as scratch:
+        output = args.output or Path(scratch)
+        model = build_model(Path(scratch) / "model", args.device, args.seed)
+        outcomes = [run_one(env, method, model, output, args) for env in args.envs for method in args.methods]
+    print(format_table(outcomes))
+    failed = sum(bool(outcome.failures) for outcome in outcomes)
+    print(f"{len(outcomes) - failed} of {len(outcomes)} runs passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
