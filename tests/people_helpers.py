@@ -190,3 +190,16 @@ def train_tiny_run(tmp_path_factory) -> Path:
     )
     Trainer(config).run(progress=False)
     return root / "run"
+
+
+class CountedPersuadee(ScriptedSimulator):
+    """A scripted persuadee that counts how many times one was built (by the web app)."""
+
+    built = 0
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        CountedPersuadee.built += 1
+
+    def reply(self, messages, tools, rng):
+        return "No, thank you."

@@ -181,3 +181,17 @@ def test_scope_serve_refuses_a_public_address_without_the_flag_and_a_token(capsy
     assert main(["view", "/nonexistent/run", "--host", "10.0.0.1", "--public"]) == 2
     assert main(["study", "export", "/nonexistent/study.sqlite"]) == 2
     assert "no study database" in capsys.readouterr().err
+
+
+def test_games_share_their_opponent_instead_of_building_one_each(tmp_path):
+    from people_helpers import CountedPersuadee
+
+    spec = "scripted:people_helpers:CountedPersuadee"
+    settings = ServerSettings(opponents=[spec], save_path=tmp_path / "play.jsonl", env_kwargs=P4G_ARGS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        client = TestClient(create_app(settings))
+        before = CountedPersuadee.built
+        for _ in range(3):
+            new_game(client, env="P4G", opponent=spec)
+    assert CountedPersuadee.built - before == 1  # a local model is loaded once, not per game

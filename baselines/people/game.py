@@ -122,6 +122,10 @@ class HumanGame:
     def start(self) -> dict[str, Any]:
         return self.replay([])
 
+    def close(self) -> None:
+        """Releases the env (a sandbox, a process); the opponent may serve other games."""
+        self.env.close()
+
     def replay(self, entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Starts the episode and re-applies stored log entries (`EpisodeRecord.log`): each side's
         own messages are stepped again, tool results and opening turns come from the env itself.

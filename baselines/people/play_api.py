@@ -36,6 +36,9 @@ def play_router(settings: ServerSettings) -> APIRouter:
     router = APIRouter(prefix="/api")
     games: OrderedDict[str, LiveGame] = OrderedDict()
     games_lock = threading.Lock()
+    # one opponent per (env, side, spec, env settings), shared by its games: policies keep no
+    # conversation state, and a local model must not be loaded again for every game
+    opponents: dict[tuple[str, str, str, str], Any] = {}
     save_lock = threading.Lock()  # games end in parallel; their lines go to one file
 
     def offered_envs() -> list[str]:
@@ -58,7 +61,9 @@ def play_router(settings: ServerSettings) -> APIRouter:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                game = HumanGame(game_settings)
+                key = (request.env, request.side, request.opponent, repr(sorted(env_kwargs.items())))
+                game = HumanGame(game_settings, opponent=opponents.get(key))
+                opponents.setdefault(key, game.opponent.simulator)
                 state = game.start()
         except ValueError as error:
             raise HTTPException(400, str(error)) from error
@@ -66,7 +71,7 @@ def play_router(settings: ServerSettings) -> APIRouter:
         with games_lock:
             games[game_id] = LiveGame(token, game)
             while len(games) > MAX_GAMES:
-                games.popitem(last=False)
+                games.popitem(last=False)[1].game.close()
         return {"game": game_id, "token": token, "state": state}
 
     def live(game_id: str, token: str) -> LiveGame:
