@@ -195,7 +195,12 @@ def _train(args: argparse.Namespace) -> int:
         print(error, file=sys.stderr)
         return 2
     try:
-        history = Trainer(config).run(resume=args.resume, overwrite=args.overwrite)
+        if config.learner_ranks > 1:
+            from baselines.distributed.learner_group import train_on_ray
+
+            history = train_on_ray(config, resume=args.resume, overwrite=args.overwrite)
+        else:
+            history = Trainer(config).run(resume=args.resume, overwrite=args.overwrite)
     except _run_stoppers() as error:
         return _stopped("scope train", error)
     last = history[-1] if history else {}

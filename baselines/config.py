@@ -71,6 +71,10 @@ class TrainConfig:
     ray_address: str | None = None
     ray_workers: int = 2
     ray_groups_per_task: int = 1  # consecutive groups per rollout-worker task
+    # a data-parallel learner group of this many ranks on Ray, each a placement-group bundle of
+    # cpus_per_rank CPUs and gpus / learner_ranks GPUs (baselines.distributed.learner_group)
+    learner_ranks: int = 1
+    cpus_per_rank: float = 1.0
     # update
     lr: float = 1e-5
     weight_decay: float = 0.0
@@ -121,6 +125,10 @@ class TrainConfig:
                 f"ray_address {self.ray_address!r} is an override or a config file, not a Ray address: "
                 "put --ray after them (`scope train CONFIG key=value --ray [ADDRESS]`)"
             )
+        if self.learner_ranks > 1 and self.ray_address is None:
+            problems.append(f"learner_ranks {self.learner_ranks} runs its ranks on Ray: add --ray [ADDRESS]")
+        if self.cpus_per_rank <= 0:
+            problems.append(f"cpus_per_rank must be positive, got {self.cpus_per_rank}")
         if self.generation_engine not in {"transformers", "vllm"}:
             problems.append(f"generation_engine must be 'transformers' or 'vllm', got {self.generation_engine!r}")
         if self.generation_engine == "vllm" and not (self.lora and language_model_of(self.policy)):
@@ -157,6 +165,7 @@ class TrainConfig:
             "gpus",
             "ray_workers",
             "ray_groups_per_task",
+            "learner_ranks",
         ):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be at least 1")

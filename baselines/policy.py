@@ -105,11 +105,17 @@ class LMPolicy:
 
         if not self.is_lora:
             raise ValueError("only LoRA policies share a base; set lora to co-train two adapters of one model")
-        self.model.add_adapter(name, LoraConfig(task_type="CAUSAL_LM", **self.lora))
+        other = self._sibling(name, LoraConfig(task_type="CAUSAL_LM", **self.lora))
+        other._keep_trained_float32()
+        return other
+
+    def _sibling(self, name: str, adapter_config: Any) -> LMPolicy:
+        """A policy sharing this one's model, tokenizer and settings, on a new adapter `name`
+        (no generation engine, no KL reference of its own)."""
+        self.model.add_adapter(name, adapter_config)
         other = LMPolicy.__new__(LMPolicy)
         other.__dict__.update(self.__dict__)
         other.adapter, other.engine, other._reference = name, None, None
-        other._keep_trained_float32()
         return other
 
     def trainable_parameters(self) -> list[Any]:
@@ -280,10 +286,7 @@ class AdapterSnapshot:
     def __init__(self, live: LMPolicy, directory: Path, name: str) -> None:
         self.live = live
         self.name = name
-        self.policy = LMPolicy.__new__(LMPolicy)
-        self.policy.__dict__.update(live.__dict__)
-        self.policy.adapter, self.policy.engine = name, None
-        live.model.add_adapter(name, live.model.peft_config[live.adapter])
+        self.policy = live._sibling(name, live.model.peft_config[live.adapter])
         self.policy.load_weights(directory)
         for parameter in self.policy.trainable_parameters():
             parameter.requires_grad_(False)

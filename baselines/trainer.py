@@ -18,6 +18,8 @@ from a FIFO checkpoint pool.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import shutil
 import tempfile
@@ -44,6 +46,7 @@ from baselines.checkpoints import (
 )
 from baselines.config import TrainConfig, dump_config
 from baselines.curves import plot_curves
+from baselines.distributed.data_parallel import DataParallel
 from baselines.loss import BatchTotals, LossConfig, policy_loss
 from baselines.metrics_log import MetricsLog
 from baselines.policy import TrainablePolicy, build_policy, language_model_of
@@ -91,18 +94,26 @@ class Learner:
 
 
 class Trainer:
-    def __init__(self, config: TrainConfig) -> None:
+    def __init__(self, config: TrainConfig, *, data_parallel: DataParallel | None = None) -> None:
+        """`data_parallel`: this process's rank of a data-parallel learner group
+        (`baselines.distributed.learner_group`). Every rank runs this trainer in step with the
+        others and plays its share of each step's groups; rank 0 writes the run's files."""
         import torch
 
         self.config = config
+        self.data_parallel = data_parallel
+        self.writer = data_parallel is None or data_parallel.writer
         self.output = Path(config.output_dir)
         self.output.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(config.seed)
         self.env_info = find_env(config.env)
         self.probe = self.make_env()
         chat_rollout = collect_async if config.rollout == "async" else collect_chat
-        self.rollout = self.env_info.rollout_function() or chat_rollout
-        if config.ray_address:
+        own_rollout = self.env_info.rollout_function()
+        # a benchmark's own rollout steps all its groups as arrays: every rank replays it whole
+        self.shard_groups = data_parallel is not None and own_rollout is None
+        self.rollout = own_rollout or chat_rollout
+        if config.ray_address and data_parallel is None:
             self.rollout = self._ray_rollout(self.rollout)
         self.side, self.partner_side = config.side, other_side(config.side)
         self.cotraining = config.method in {"cotrain", "population"}
@@ -126,8 +137,6 @@ class Trainer:
         self._seed_pool()
         self.opponents = self._opponents()
         self.step = 0
-        # this process's rank of a data-parallel learner group (baselines.distributed.data_parallel); None: alone
-        self.data_parallel: Any = None
 
     def _ray_rollout(self, local: Any) -> Any:
         """Rollout workers on Ray for the groups of frozen or small players; `local` plays the others."""
@@ -209,11 +218,12 @@ class Trainer:
             sampling=self.config.pool_sampling,
             loader=self._load_snapshot,
             retain_evicted=True,
+            read_only=not self.writer,
         )
 
     def _seed_pool(self) -> None:
         """A population's pool starts with the initial simulator (kept if the pool already has it)."""
-        if self.pool is not None and not self.pool.members:
+        if self.pool is not None and self.writer and not self.pool.members:
             self.pool.add(self.learners[USER].policy.save, step=0, meta={"origin": "initial simulator"})
 
     def _vllm_engine(self, spec: str) -> Any:
@@ -276,14 +286,19 @@ class Trainer:
             for group, group_players in enumerate(players)
         ]
         before_turn = (lambda: failpoint("rollout", step + 1)) if salt == 0 else None  # mid-rollout crash point
-        return self.rollout(
-            self.make_env,
-            groups,
-            group_size=group_size,
-            split=split,
-            key=(self.config.seed, step, salt),
-            before_turn=before_turn,
+        play = functools.partial(
+            self.rollout, self.make_env, group_size=group_size, split=split, key=(self.config.seed, step, salt)
         )
+        if not self.shard_groups:
+            return play(groups, before_turn=before_turn)
+        # each rank plays every world_size-th group; the seeds are the groups', so the episodes are
+        # those of one process playing them all
+        ranks = self.data_parallel
+        mine = ranks.shard(range(len(groups)))
+        episodes = play([groups[g] for g in mine], before_turn=before_turn) if mine else []
+        for episode in episodes:
+            episode.group = mine[episode.group]
+        return sorted(ranks.all_gather(episodes), key=lambda episode: episode.group)
 
     # ---- rewards and one update ----------------------------------------------------------------------
 
@@ -418,9 +433,13 @@ class Trainer:
         step 0 (also when there is nothing to resume from). A fresh start first deletes what an
         earlier run left in the folder; with `overwrite=False` (`scope train` without `--overwrite`)
         it refuses when that is another run's work instead; see `start_fresh`."""
+        if not self.writer:
+            return self._follow(on_step)
         if not (resume and self.resume()):
             self.start_fresh(overwrite=overwrite or resume)
         (self.output / "config.yaml").write_text(dump_config(self.config))
+        if self.data_parallel is not None:  # the other ranks start from what this one loaded
+            self.data_parallel.broadcast(self.step)
         from tqdm.auto import tqdm
 
         log = MetricsLog(
@@ -448,19 +467,42 @@ class Trainer:
         plot_curves(history, self.output)
         return history
 
+    def _follow(self, on_step: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
+        """A rank other than 0: starts from the checkpoint rank 0 resumed from (or from scratch),
+        then takes every step with it, writing nothing."""
+        step = self.data_parallel.broadcast(None)
+        if step:
+            directory = checkpoint_steps(self.checkpoints)[step]
+            problem = self._load_checkpoint(directory)
+            if problem is not None:
+                raise NoIntactCheckpoint(f"rank {self.data_parallel.rank}: {directory.name} {problem}")
+        if self.pool is not None:
+            self.pool.refresh()
+        while self.step < self.config.steps:
+            record = self.advance(lambda record: None)
+            if on_step is not None:
+                on_step(record)
+        return []
+
     def advance(self, write: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
         """One training step, then what is due after it (a pool snapshot, evaluation, its metrics
         line through `write`, a checkpoint)."""
         from baselines.people.episode_store import record_episodes
 
-        with record_episodes(self):  # a sample of the step's episodes, saved beside its metrics
+        # a sample of the step's episodes, saved beside its metrics
+        with record_episodes(self) if self.writer else contextlib.nullcontext():
             record = self.train_step(self.step)
         self.step += 1
         if self.pool is not None and self.step % self.config.pool_every == 0:
-            self.pool.add(self.learners[USER].policy.save, step=self.step)
+            if self.writer:
+                self.pool.add(self.learners[USER].policy.save, step=self.step)
+            if self.data_parallel is not None:  # every rank draws from the pool rank 0 now has
+                self.data_parallel.barrier()
+                if not self.writer:
+                    self.pool.refresh()
         if self.step % self.config.eval_every == 0 or self.step == self.config.steps:
             record.update(self.evaluate(self.step))
-        checkpoint = self.step % self.config.checkpoint_every == 0 or self.step == self.config.steps
+        checkpoint = self.writer and (self.step % self.config.checkpoint_every == 0 or self.step == self.config.steps)
         if checkpoint:
             record["disk_mb"] = disk_megabytes(self.output)
         # Metrics before the checkpoint: a crash in between replays this step (resume drops metrics

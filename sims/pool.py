@@ -11,6 +11,10 @@ A trainer that resumes from a checkpoint older than the pool's last changes open
 `retain_evicted=True`: evicted members then stay on disk (listed as retired in the manifest) until
 `purge_evicted(step)` is called once a checkpoint at `step` is safely written, so `drop_after`
 can restore the pool exactly as it was at any step since that checkpoint.
+
+A pool opened with `read_only=True` is another process's view of a pool that one writer keeps
+(the ranks of a data-parallel learner): it changes nothing on disk, and `refresh()` re-reads the
+members from the manifest after the writer's changes.
 """
 
 from __future__ import annotations
@@ -52,13 +56,16 @@ class CheckpointPool:
         sampling: str = "uniform",
         loader: Callable[[Path], Any] | None = None,
         retain_evicted: bool = False,
+        read_only: bool = False,
     ) -> None:
         if max_size < 1:
             raise ValueError("max_size must be at least 1")
         if sampling not in SAMPLING:
             raise ValueError(f"sampling must be one of {SAMPLING}, got {sampling!r}")
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
+        if not read_only:
+            self.root.mkdir(parents=True, exist_ok=True)
         self.max_size = max_size
         self.sampling = sampling
         self.loader = loader
@@ -81,6 +88,7 @@ class CheckpointPool:
     ) -> PoolMember:
         """Adds a checkpoint: `write(directory)` saves into a fresh directory, or an existing
         checkpoint directory is copied in. The oldest members beyond `max_size` are evicted."""
+        self._check_writable()
         member = PoolMember(id=f"ckpt-{self._next_id:06d}", step=step, added_at=time.time(), meta=dict(meta or {}))
         staging = Path(tempfile.mkdtemp(prefix=f".{member.id}.", dir=self.root))
         try:
@@ -133,6 +141,7 @@ class CheckpointPool:
     def drop_after(self, step: int) -> list[PoolMember]:
         """The pool as it was after training step `step` (a resumed run replays the later steps):
         removes members added later and restores retained members evicted later."""
+        self._check_writable()
         dropped = [m for m in self._members if m.step > step]
         dropped += [m for m, _ in self._evicted if m.step > step]  # added and evicted since: never existed
         restored = [m for m, evicted_at in self._evicted if evicted_at > step and m.step <= step]
@@ -147,6 +156,7 @@ class CheckpointPool:
 
     def purge_evicted(self, step: int) -> None:
         """Deletes retained members evicted at or before `step` (a checkpoint at `step` is written)."""
+        self._check_writable()
         purged = [m for m, evicted_at in self._evicted if evicted_at <= step]
         if purged:
             self._evicted = [(m, at) for m, at in self._evicted if at > step]
@@ -158,13 +168,26 @@ class CheckpointPool:
         """How many training steps old each member is at `step`, oldest first."""
         return [step - member.step for member in self._members]
 
-    def _open(self) -> None:
+    def refresh(self) -> None:
+        """Re-reads the members from the manifest (a read-only pool, after its writer's changes)."""
+        self.release()
+        self._read_manifest()
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise RuntimeError(f"checkpoint pool at {self.root} is opened read-only: its writer changes it")
+
+    def _read_manifest(self) -> None:
         manifest = self.root / MANIFEST
-        if manifest.is_file():
-            data = json.loads(manifest.read_text())
-            self._members = [PoolMember(**m) for m in data["members"]]
-            self._evicted = [(PoolMember(**m["member"]), int(m["evicted_at"])) for m in data.get("evicted", [])]
-            self._next_id = int(data["next_id"])
+        data = json.loads(manifest.read_text()) if manifest.is_file() else {"members": [], "next_id": 0}
+        self._members = [PoolMember(**m) for m in data["members"]]
+        self._evicted = [(PoolMember(**m["member"]), int(m["evicted_at"])) for m in data.get("evicted", [])]
+        self._next_id = int(data["next_id"])
+
+    def _open(self) -> None:
+        self._read_manifest()
+        if self.read_only:
+            return
         known = {m.id for m in self._members} | {m.id for m, _ in self._evicted} | {MANIFEST}
         for entry in self.root.iterdir():
             if entry.name not in known and (

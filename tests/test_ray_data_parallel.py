@@ -22,11 +22,12 @@ SETTINGS = [*ACTS, f"groups_per_step={GROUPS}", "group_size=4", "micro_batch=5",
 
 def one_update(rank: int, world_size: int, folder: str) -> None:
     """Rank `rank`'s update on the episodes of step 0 (the same on every rank), saved to `folder`."""
-    trainer = Trainer(load_config(None, [*SETTINGS, f"output_dir={folder}/run-{world_size}-{rank}"]))
+    ranks = None
     if world_size > 1:
-        trainer.data_parallel = DataParallel.init(
-            rank, world_size, init_method=f"file://{folder}/rendezvous", backend="gloo"
-        )
+        ranks = DataParallel.init(rank, world_size, init_method=f"file://{folder}/rendezvous", backend="gloo")
+    trainer = Trainer(
+        load_config(None, [*SETTINGS, f"output_dir={folder}/run-{world_size}-{rank}"]), data_parallel=ranks
+    )
     try:
         players, labels = trainer.players(0, GROUPS)
         episodes = trainer.collect(0, group_size=4, split="train", players=players)

@@ -186,6 +186,29 @@ def test_pool_reopens_exactly_and_cleans_up_after_a_crash(tmp_path):
     assert reopened.add(write_text("d"), step=32).id == "ckpt-000003"  # ids never repeat
 
 
+def test_a_read_only_pool_follows_its_writer_and_touches_nothing(tmp_path):
+    """The view of a learner rank other than 0: it must never clean up the writer's work in progress."""
+    reader = CheckpointPool(tmp_path / "pool", read_only=True, loader=lambda path: (path / "weights.txt").read_text())
+    assert reader.members == [] and not (tmp_path / "pool").exists(), "nothing created"
+    writer = CheckpointPool(tmp_path / "pool", max_size=2)
+    for step, text in enumerate("abc"):
+        writer.add(write_text(text), step=step)
+    staging = tmp_path / "pool" / ".ckpt-000003.x1y2"
+    staging.mkdir()  # the writer's next member, being written
+    reader.refresh()
+    assert reader.members == writer.members and reader.load(reader.members[-1]) == "c"
+    assert CheckpointPool(tmp_path / "pool", read_only=True).members == writer.members
+    assert staging.is_dir(), "a read-only open leaves the writer's staging directory alone"
+    for change in (
+        lambda: reader.add(write_text("d"), step=3),
+        lambda: reader.drop_after(0),
+        lambda: reader.purge_evicted(3),
+    ):
+        with pytest.raises(RuntimeError, match="read-only"):
+            change()
+    assert reader.members == writer.members == CheckpointPool(tmp_path / "pool", read_only=True).members
+
+
 def test_a_failing_save_leaves_the_pool_unchanged(tmp_path):
     pool = CheckpointPool(tmp_path, max_size=2)
     pool.add(write_text("a"), step=0)

@@ -11,6 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
+from training_helpers import TINY_P4G  # noqa: E402
+
 from baselines.config import load_config  # noqa: E402
 from baselines.loss import LossConfig, policy_loss  # noqa: E402
 from baselines.policy import LMPolicy  # noqa: E402
@@ -22,18 +24,7 @@ from sims.pool import CheckpointPool  # noqa: E402
 from sims.testing import tiny_chat_model  # noqa: E402
 
 LORA = "lora={r: 4, lora_alpha: 8, target_modules: [q_proj, v_proj]}"
-BASE = [
-    "env=P4G",
-    "policy=tiny",
-    "groups_per_step=2",
-    "group_size=3",
-    "max_new_tokens=8",
-    "env_kwargs={persona_source: synthetic, exchanges: 2}",
-    "simulators=[scripted:training_helpers:ParityPersuadee]",
-    "eval_simulators=[scripted]",
-    "eval_tasks=2",
-    "tensorboard=false",
-]
+BASE = [*TINY_P4G, "tensorboard=false"]
 
 
 def trainer_for(tmp_path: Path, *overrides: str) -> Trainer:

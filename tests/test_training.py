@@ -12,6 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from training_helpers import TINY_P4G  # noqa: E402
+
 from baselines.cli import main  # noqa: E402
 from baselines.config import load_config, shipped_configs  # noqa: E402
 from baselines.traces import SideTrace  # noqa: E402
@@ -21,18 +23,7 @@ from sims.hf_backend import HFSimulator  # noqa: E402
 from sims.testing import tiny_chat_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = [
-    "env=P4G",
-    "policy=tiny",
-    "groups_per_step=2",
-    "group_size=3",
-    "max_new_tokens=8",
-    "env_kwargs={persona_source: synthetic, exchanges: 2}",
-    "simulators=[scripted:training_helpers:ParityPersuadee]",
-    "eval_simulators=[scripted]",
-    "eval_tasks=2",
-    "lr=0.001",
-]
+TINY = [*TINY_P4G, "lr=0.001"]
 
 
 COTRAIN = [

@@ -4,6 +4,19 @@ from __future__ import annotations
 
 from sims import ScriptedSimulator
 
+# a tiny random language model as the P4G persuader against `ParityPersuadee`: seconds a step
+TINY_P4G = [
+    "env=P4G",
+    "policy=tiny",
+    "groups_per_step=2",
+    "group_size=3",
+    "max_new_tokens=8",
+    "env_kwargs={persona_source: synthetic, exchanges: 2}",
+    "simulators=[scripted:training_helpers:ParityPersuadee]",
+    "eval_simulators=[scripted]",
+    "eval_tasks=2",
+]
+
 
 class ParityPersuadee(ScriptedSimulator):
     """Donates $1 when the persuader's last message has an even number of characters: a reward

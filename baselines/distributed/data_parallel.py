@@ -59,6 +59,33 @@ class DataParallel:
         dist.all_reduce(total, op=dist.ReduceOp.SUM)
         return float(total.item())
 
+    @property
+    def writer(self) -> bool:
+        """Rank 0 writes the run's files (metrics, checkpoints, the pool); the others only read them."""
+        return self.rank == 0
+
+    def all_gather(self, items: list[Item]) -> list[Item]:
+        """Every rank's `items`, concatenated in rank order (pickled: any picklable objects)."""
+        import torch.distributed as dist
+
+        gathered: list[list[Item] | None] = [None] * self.world_size
+        dist.all_gather_object(gathered, items)
+        return [item for part in gathered for item in part or []]
+
+    def broadcast(self, value: Any) -> Any:
+        """Rank 0's `value`, on every rank."""
+        import torch.distributed as dist
+
+        holder = [value if self.rank == 0 else None]
+        dist.broadcast_object_list(holder, src=0)
+        return holder[0]
+
+    @staticmethod
+    def barrier() -> None:
+        import torch.distributed as dist
+
+        dist.barrier()
+
     @staticmethod
     def close() -> None:
         import torch.distributed as dist

@@ -84,7 +84,8 @@ def record_episodes(trainer: Any) -> Iterator[None]:
             return env
 
         episodes = original_rollout(make, groups, **kwargs)
-        seen["episodes"], seen["groups"] = episodes, list(groups)
+        # each episode's group as played (a learner rank renumbers its share's groups afterwards)
+        seen["episodes"], seen["groups"] = episodes, [groups[episode.group] for episode in episodes]
         return episodes
 
     trainer.players, trainer.rollout = players, rollout
@@ -117,8 +118,7 @@ def _records(trainer: Any, seen: dict[str, Any], step: int, count: int) -> list[
     partner = trainer.partner_side
     records = []
     for index in choose(count, len(episodes), trainer.config.seed, step, SALT):
-        episode = episodes[index]
-        group = groups[episode.group]
+        episode, group = episodes[index], groups[index]
         env = envs[index] if envs else None
         if env is not None and (env.scenario is None or env.scenario.scenario_id != episode.scenario_id):
             env = None  # not the env of this episode: save it without a log

@@ -93,6 +93,7 @@ class ScriptedPersuadee(ScriptedSimulator):
     """
 
     name = "scripted-persuadee"
+    reluctance = RELUCTANCE
 
     def reply(self, messages: list[Message], tools: list[dict[str, Any]], rng: np.random.Generator) -> str:
         traits = parse_persona_block(self.system_prompt(messages))
@@ -104,7 +105,7 @@ class ScriptedPersuadee(ScriptedSimulator):
             )
         score = self.persuasion(heard, traits)
         leaning = _z(traits, "power") + _z(traits, "hedonism") - _z(traits, "benevolence") - _z(traits, "universalism")
-        threshold = RELUCTANCE + 0.5 * leaning + float(rng.normal(0.0, 1.0))
+        threshold = self.reluctance + 0.5 * leaning + float(rng.normal(0.0, 1.0))
         last = heard[-1] if heard else ""
         if not ASKING.search(last) or len(heard) < 2:
             return self.react(last, score - threshold, rng)
@@ -156,6 +157,16 @@ class ScriptedPersuadee(ScriptedSimulator):
         return str(
             rng.choice(["I'm not sure about charities like this.", "I need this money too, honestly.", "Okay..."])
         )
+
+
+class EagerPersuadee(ScriptedPersuadee):
+    """The scripted persuadee with no base reluctance: it still needs to be asked, from the second
+    turn on, by persuasion that outweighs its persona's leaning and the noise. A partner a small
+    model can learn against: SmolLM2-135M earns about a quarter of its donations where the
+    calibrated persuadee gives it none (`p4g_smollm2.yaml`)."""
+
+    name = "eager-persuadee"
+    reluctance = 0.0
 
 
 # The scripted persuader's plan: one strategy a turn, closing with a request and [DONE].
