@@ -6,8 +6,10 @@ the user is each benchmark's scripted simulator (wrapped in Verbalized Sampling 
 co-trained model itself for `cotrain` and `population`). For each run it reports the importance
 ratio of the first update (how well the generation and training log-probs agree before any
 update: 1 within tolerance), loss and reward per step, generated tokens/s, and, on a GPU, the peak
-memory (`torch.cuda.max_memory_allocated`) next to `scope plan`'s estimate for the same run. The
-exit status is non-zero when a check fails.
+memory (`torch.cuda.max_memory_allocated`) next to `scope plan`'s estimate for the same run. Where
+vLLM is installed, the same model then plays the P4G persuadee as `vllm-async:PATH` (continuous
+batching) in an asynchronous rollout of 32 episodes: episodes/s, and every reply with its token
+ids and log-probs. The exit status is non-zero when a check fails.
 
 Usage:
     python benchmarks/gpu_acceptance.py                 # on the GPU (under 8 minutes on one H200)
@@ -244,10 +246,54 @@ def main(argv: Sequence[str] | None = None) -> int:
         output = args.output or Path(scratch)
         model = build_model(Path(scratch) / "model", args.device, args.seed)
         outcomes = [run_one(env, method, model, output, args) for env in args.envs for method in args.methods]
+        engine_failures = check_async_vllm(model) if args.device.startswith("cuda") else []
     print(format_table(outcomes))
     failed = sum(bool(outcome.failures) for outcome in outcomes)
     print(f"{len(outcomes) - failed} of {len(outcomes)} runs passed")
-    return 1 if failed else 0
+    for failure in engine_failures:
+        print(f"vllm-async: FAILED: {failure}")
+    return 1 if failed or engine_failures else 0
+
+
+def check_async_vllm(model: Path, episodes: int = 32) -> list[str]:
+    """The model as the P4G persuadee behind vLLM's asynchronous engine, in an asynchronous
+    rollout against the scripted persuader; what failed (nothing where vLLM is not installed)."""
+    import asyncio
+
+    from scope_envs.core.async_rollout import collect_async
+    from scope_envs.core.chat import Message
+    from scope_envs.core.registration import find_env
+    from scope_envs.core.rollout import RolloutGroup
+    from scope_envs.core.specs import make_policy
+    from sims.vllm_backend import vllm_available
+
+    usable, why = vllm_available()
+    if not usable:
+        print(f"vllm-async: skipped ({why})")
+        return []
+    user = make_policy(f"vllm-async:{model}", max_new_tokens=48, temperature=1.0)
+    try:
+        info = find_env("P4G")
+        persuader = make_policy("scripted", env=info.make(**ENVS["P4G"]), side="agent")
+        groups = [RolloutGroup(seed, {"agent": persuader, "user": user}) for seed in range(episodes)]
+        started = time.perf_counter()
+        played = collect_async(lambda: info.make(**ENVS["P4G"]), groups, group_size=1, split="train")
+        elapsed = time.perf_counter() - started
+        view = [Message(role="user", content="Hello! Have you heard of Save the Children?")]
+
+        async def concurrent_replies() -> list[Any]:
+            return await asyncio.gather(*(user.arespond(view, seed=seed) for seed in range(16)))
+
+        replies = asyncio.run(concurrent_replies())
+    finally:
+        user.close()
+    print(f"vllm-async: {len(played)} episodes in {elapsed:.1f} s ({len(played) / elapsed:.2f} episodes/s)")
+    failures = []
+    if len(played) != episodes:
+        failures.append(f"{len(played)} of {episodes} episodes")
+    if any(not r.token_ids or len(r.logprobs or []) != len(r.token_ids) for r in replies):
+        failures.append("a reply without its token ids and log-probs")
+    return failures
 
 
 if __name__ == "__main__":

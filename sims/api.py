@@ -33,6 +33,7 @@ from scope_envs.core.policy import (
     as_messages,
     batch_arguments,
 )
+from sims.background_loop import BackgroundLoop
 from sims.retry import (
     AUTHENTICATION_STATUS,
     CONFIGURATION_STATUS,
@@ -84,9 +85,8 @@ class APISimulator(Simulator):
         self.usage = Usage()
         self.calls = 0
         self.retries = 0
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # the counters, updated from the loop and read from anywhere
+        self._background = BackgroundLoop(type(self).__name__, setup=self._on_loop)
         self._client: Any = None
         self._semaphore: asyncio.Semaphore | None = None
         self._jitter = random.Random()
@@ -145,17 +145,8 @@ class APISimulator(Simulator):
         return self._submit(lambda: self._respond(messages, None, seed, options)).result()
 
     def close(self) -> None:
-        with self._lock:
-            loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
-        if loop is None:
-            return
-        client = self._client
-        self._client = None
-        if client is not None and hasattr(client, "close"):
-            asyncio.run_coroutine_threadsafe(client.close(), loop).result(timeout=10)
-        loop.call_soon_threadsafe(loop.stop)
-        if thread is not None:
-            thread.join(timeout=10)
+        client, self._client = self._client, None
+        self._background.close(client.close if client is not None and hasattr(client, "close") else None)
 
     def config(self) -> dict[str, Any]:
         """What reproduces this simulator, keys excluded (safe to write into run configs)."""
@@ -174,28 +165,12 @@ class APISimulator(Simulator):
     # ---- internals -----------------------------------------------------------------------------------
 
     def _submit(self, make: Callable[[], Awaitable[Reply]]) -> Future[Reply]:
-        loop = self._ensure_loop()
-        return asyncio.run_coroutine_threadsafe(make(), loop)  # type: ignore[arg-type]
+        return self._background.submit(make)
 
-    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                ready = threading.Event()
-
-                def run() -> None:
-                    asyncio.set_event_loop(loop)
-                    self._semaphore = asyncio.Semaphore(self.concurrency)
-                    self._client = self._make_client()
-                    ready.set()
-                    loop.run_forever()
-                    loop.close()
-
-                self._thread = threading.Thread(target=run, name=f"scope-{type(self).__name__}", daemon=True)
-                self._thread.start()
-                ready.wait()
-                self._loop = loop
-            return self._loop
+    def _on_loop(self) -> None:
+        """The loop-bound parts, built on the simulator's background loop when it starts."""
+        self._semaphore = asyncio.Semaphore(self.concurrency)
+        self._client = self._make_client()
 
     async def _respond(
         self, messages: View, tools: Tools, seed: int | None, options: dict[str, Any] | None = None

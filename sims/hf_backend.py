@@ -98,6 +98,18 @@ def generated_reply(
     return Reply(text=shown, tool_calls=calls, token_ids=token_ids, logprobs=logprobs, metadata=metadata)
 
 
+def render_prompt(tokenizer: Any, messages: View, tools: Tools = None, *, name: str = "") -> list[int]:
+    """A view's prompt token ids: the tokenizer's chat template with the generation prompt."""
+    view = [m.to_openai() for m in as_messages(messages)]
+    try:
+        ids = tokenizer.apply_chat_template(
+            view, tools=list(tools) if tools else None, add_generation_prompt=True, tokenize=True
+        )
+    except Exception as error:  # a template that cannot render this view (e.g. no tool role)
+        raise SimulatorError(f"{name}: the chat template cannot render this view: {error}") from error
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
 class HFSimulator(Simulator):
     """A transformers causal LM with a chat template. Pass a model name or path, or objects."""
 
@@ -160,14 +172,7 @@ class HFSimulator(Simulator):
 
     def render(self, messages: View, tools: Tools = None) -> list[int]:
         """The prompt's token ids: the chat template with the generation prompt."""
-        view = [m.to_openai() for m in as_messages(messages)]
-        try:
-            ids = self.tokenizer.apply_chat_template(
-                view, tools=list(tools) if tools else None, add_generation_prompt=True, tokenize=True
-            )
-        except Exception as error:  # a template that cannot render this view (e.g. no tool role)
-            raise SimulatorError(f"{self.name}: the chat template cannot render this view: {error}") from error
-        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        return render_prompt(self.tokenizer, messages, tools, name=self.name)
 
     def respond(self, messages: View, tools: Tools = None, *, seed: int | None = None) -> Reply:
         return self.respond_batch([messages], [tools], seeds=[seed])[0]

@@ -24,6 +24,7 @@ SIMULATOR_BACKENDS: dict[str, str] = {
     "hf": "sims.hf_backend:make_hf",
     "smollm2": "sims.hf_backend:make_smollm2",
     "vllm": "sims.vllm_backend:make_vllm",
+    "vllm-async": "sims.vllm_backend:make_async_vllm",
 }
 for _backend, _factory in SIMULATOR_BACKENDS.items():
     register_policy_backend(_backend, _factory)

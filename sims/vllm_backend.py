@@ -1,6 +1,12 @@
-"""`vllm:MODEL`: batched generation with vLLM's offline engine on GPUs, with LoRA adapters.
+"""vLLM on GPUs, with LoRA adapters, in two forms:
 
-Needs the `vllm` package and a CUDA device; where either is missing, building one raises an
+* `vllm:MODEL` (`VLLMSimulator`): batched generation with the offline engine (`LLM.chat`); an
+  asynchronous rollout hands it the requests waiting together, one batch at a time;
+* `vllm-async:MODEL` (`AsyncVLLMSimulator`): the asynchronous engine (`AsyncLLMEngine`) with
+  continuous batching: each request joins the running batch as soon as it is made and returns as
+  soon as its own sequence ends, so an asynchronous rollout's episodes never wait for each other.
+
+Both need the `vllm` package and a CUDA device; where either is missing, building one raises an
 `ImportError` that says so (the tests skip). Like `hf`, every reply carries its token ids and
 their sampling log-probabilities, and each request is seeded on its own.
 """
@@ -13,7 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from scope_envs.core.policy import Reply, Simulator, Tools, View, as_messages, batch_arguments
-from sims.hf_backend import generated_reply
+from sims.background_loop import BackgroundLoop
+from sims.hf_backend import generated_reply, render_prompt
 
 
 def vllm_available() -> tuple[bool, str]:
@@ -102,6 +109,85 @@ class VLLMSimulator(Simulator):
         return [r for r in replies if r is not None]
 
 
+class AsyncVLLMSimulator(Simulator):
+    """A model served by vLLM's asynchronous engine, with continuous batching (see the module
+    docstring). The engine lives on a background event loop of its own, started with the first
+    request, so callers on any thread or loop share it; prompts are rendered with the model's
+    own chat template (`transformers`), as the trainer renders them."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        max_new_tokens: int = 256,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        enable_lora: bool = False,
+        max_lora_rank: int = 64,
+        engine_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        usable, why = vllm_available()
+        if not usable:
+            raise ImportError(f"vllm-async:{model}: {why}")
+        from transformers import AutoTokenizer
+
+        self.name = model
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.tokenizer = AutoTokenizer.from_pretrained(model)
+        self.engine_args = {"model": model, "enable_lora": enable_lora, "max_lora_rank": max_lora_rank}
+        self.engine_args.update(engine_kwargs or {})
+        self.engine: Any = None
+        self.lora: Any = None
+        self._adapter_ids = itertools.count(1)
+        self._request_ids = itertools.count()
+        self._background = BackgroundLoop(f"vllm-async-{model}", setup=self._start_engine)
+        self.deterministic = True  # given a seed
+
+    def _start_engine(self) -> None:
+        from vllm import AsyncEngineArgs, AsyncLLMEngine
+
+        self.engine = AsyncLLMEngine.from_engine_args(AsyncEngineArgs(**self.engine_args))
+
+    def load_adapter(self, path: str, name: str | None = None) -> str:
+        """Serves the LoRA adapter at `path` to the requests made from now on; its (new) name."""
+        from vllm.lora.request import LoRARequest
+
+        adapter_id = next(self._adapter_ids)
+        adapter_name = name or f"adapter-{adapter_id}"
+        self.lora = LoRARequest(adapter_name, adapter_id, path)
+        return adapter_name
+
+    def respond(self, messages: View, tools: Tools = None, *, seed: int | None = None) -> Reply:
+        return self._background.submit(lambda: self._generate(messages, tools, seed)).result()
+
+    async def arespond(self, messages: View, tools: Tools = None, *, seed: int | None = None) -> Reply:
+        return await self._background.wait(lambda: self._generate(messages, tools, seed))
+
+    async def _generate(self, messages: View, tools: Tools, seed: int | None) -> Reply:
+        from vllm import SamplingParams
+
+        prompt = {"prompt_token_ids": render_prompt(self.tokenizer, messages, tools, name=self.name)}
+        params = SamplingParams(
+            temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_new_tokens, seed=seed, logprobs=0
+        )
+        final = None
+        async for output in self.engine.generate(
+            prompt, params, f"scope-{next(self._request_ids)}", lora_request=self.lora
+        ):
+            final = output
+        if final is None:
+            raise RuntimeError(f"vllm-async:{self.name}: the engine returned no output")
+        return reply_from_output(final, model=self.name)
+
+    def close(self) -> None:
+        engine, self.engine = self.engine, None
+        if engine is not None and hasattr(engine, "shutdown"):
+            engine.shutdown()
+        self._background.close()
+
+
 def reply_from_output(output: Any, **metadata: Any) -> Reply:
     """A reply from one vLLM request output: its text, and its token ids with their sampling
     log-probs (both left out when the engine did not return a log-prob for every token)."""
@@ -119,3 +205,7 @@ def reply_from_output(output: Any, **metadata: Any) -> Reply:
 
 def make_vllm(model: str, **kwargs: Any) -> VLLMSimulator:
     return VLLMSimulator(model, **kwargs)
+
+
+def make_async_vllm(model: str, **kwargs: Any) -> AsyncVLLMSimulator:
+    return AsyncVLLMSimulator(model, **kwargs)

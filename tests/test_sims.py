@@ -131,3 +131,38 @@ def test_registered_backends_receive_the_rest_of_the_spec():
 def test_simulator_error_is_a_policy_error():
     assert issubclass(SimulatorError, PolicyError)
     assert run_sync(asyncio.sleep(0, result=7)) == 7
+
+
+def test_a_background_loop_serves_callers_from_any_thread_or_loop():
+    """The loop that API clients and vLLM's asynchronous engine live on (sims.background_loop)."""
+    import threading
+
+    from sims.background_loop import BackgroundLoop
+
+    made_on = []
+    background = BackgroundLoop("test", setup=lambda: made_on.append(asyncio.get_event_loop()))
+
+    async def where() -> object:
+        return asyncio.get_running_loop()
+
+    assert not background.running
+    first = background.submit(where).result(timeout=5)
+    from_other_loop = asyncio.run(background.wait(where))
+    from_thread: list[object] = []
+    worker = threading.Thread(target=lambda: from_thread.append(background.submit(where).result(timeout=5)))
+    worker.start()
+    worker.join()
+    assert first is from_other_loop is from_thread[0] is made_on[0], "one loop, set up once, for every caller"
+    closed = []
+
+    async def finish() -> None:
+        closed.append(True)
+
+    background.close(finish)
+    assert closed == [True] and not background.running
+
+    def broken() -> None:
+        raise RuntimeError("no engine")
+
+    with pytest.raises(RuntimeError, match="no engine"):
+        BackgroundLoop("broken", setup=broken).submit(where)

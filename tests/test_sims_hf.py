@@ -81,6 +81,8 @@ def test_vllm_fails_clearly_without_cuda():
         pytest.skip("vLLM is usable here; its GPU tests cover it")
     with pytest.raises(ImportError, match="vllm:some/model"):
         make_simulator("vllm:some/model")
+    with pytest.raises(ImportError, match="vllm-async:some/model"):
+        make_simulator("vllm-async:some/model")
     assert why
 
 
