@@ -38,9 +38,12 @@ def vllm_available() -> tuple[bool, str]:
     return True, ""
 
 
-class VLLMSimulator(Simulator):
-    """A model served by an in-process vLLM engine. `load_adapter(path)` switches to a LoRA
-    adapter under a new name (vLLM caches adapters by name, so reusing one could serve stale weights)."""
+class ServedByVLLM(Simulator):
+    """What both forms share: sampling settings, the engine's arguments and LoRA adapters.
+    `load_adapter(path)` switches to a LoRA adapter under a new name (vLLM caches adapters by
+    name, so reusing one could serve stale weights)."""
+
+    spec_backend = "vllm"
 
     def __init__(
         self,
@@ -55,14 +58,13 @@ class VLLMSimulator(Simulator):
     ) -> None:
         usable, why = vllm_available()
         if not usable:
-            raise ImportError(f"vllm:{model}: {why}")
-        from vllm import LLM
-
+            raise ImportError(f"{self.spec_backend}:{model}: {why}")
         self.name = model
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_p = top_p
-        self.engine = LLM(model=model, enable_lora=enable_lora, max_lora_rank=max_lora_rank, **(engine_kwargs or {}))
+        self.engine_args = {"model": model, "enable_lora": enable_lora, "max_lora_rank": max_lora_rank}
+        self.engine_args.update(engine_kwargs or {})
         self.lora: Any = None
         self._adapter_ids = itertools.count(1)
         self.deterministic = True  # given a seed
@@ -76,14 +78,30 @@ class VLLMSimulator(Simulator):
         self.lora = LoRARequest(adapter_name, adapter_id, path)
         return adapter_name
 
+    def sampling_params(self, seed: int | None) -> Any:
+        """One request's sampling, seeded on its own, with the log-prob of each sampled token."""
+        from vllm import SamplingParams
+
+        return SamplingParams(
+            temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_new_tokens, seed=seed, logprobs=0
+        )
+
+
+class VLLMSimulator(ServedByVLLM):
+    """A model served by an in-process offline vLLM engine (`vllm:MODEL`)."""
+
+    def __init__(self, model: str, **settings: Any) -> None:
+        super().__init__(model, **settings)
+        from vllm import LLM
+
+        self.engine = LLM(**self.engine_args)
+
     def respond(self, messages: View, tools: Tools = None, *, seed: int | None = None) -> Reply:
         return self.respond_batch([messages], [tools], seeds=[seed])[0]
 
     def respond_batch(
         self, batch: Sequence[View], tools: Sequence[Tools] | None = None, *, seeds: Sequence[int | None] | None = None
     ) -> list[Reply]:
-        from vllm import SamplingParams
-
         tool_list, seed_list = batch_arguments(batch, tools, seeds)
         replies: list[Reply | None] = [None] * len(batch)
         groups: dict[str, list[int]] = {}
@@ -91,16 +109,7 @@ class VLLMSimulator(Simulator):
             groups.setdefault(json.dumps(tool_set or [], sort_keys=True), []).append(index)
         for key, indices in groups.items():
             conversations = [[m.to_openai() for m in as_messages(batch[i])] for i in indices]
-            params = [
-                SamplingParams(
-                    temperature=self.temperature,
-                    top_p=self.top_p,
-                    max_tokens=self.max_new_tokens,
-                    seed=seed_list[i],
-                    logprobs=0,
-                )
-                for i in indices
-            ]
+            params = [self.sampling_params(seed_list[i]) for i in indices]
             outputs = self.engine.chat(
                 conversations, params, lora_request=self.lora, tools=json.loads(key) or None, use_tqdm=False
             )
@@ -109,55 +118,27 @@ class VLLMSimulator(Simulator):
         return [r for r in replies if r is not None]
 
 
-class AsyncVLLMSimulator(Simulator):
-    """A model served by vLLM's asynchronous engine, with continuous batching (see the module
-    docstring). The engine lives on a background event loop of its own, started with the first
-    request, so callers on any thread or loop share it; prompts are rendered with the model's
-    own chat template (`transformers`), as the trainer renders them."""
+class AsyncVLLMSimulator(ServedByVLLM):
+    """A model served by vLLM's asynchronous engine (`vllm-async:MODEL`), with continuous batching
+    (see the module docstring). The engine lives on a background event loop of its own, started
+    with the first request, so callers on any thread or loop share it; prompts are rendered with
+    the model's own chat template (`transformers`), as the trainer renders them."""
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        max_new_tokens: int = 256,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        enable_lora: bool = False,
-        max_lora_rank: int = 64,
-        engine_kwargs: dict[str, Any] | None = None,
-    ) -> None:
-        usable, why = vllm_available()
-        if not usable:
-            raise ImportError(f"vllm-async:{model}: {why}")
+    spec_backend = "vllm-async"
+
+    def __init__(self, model: str, **settings: Any) -> None:
+        super().__init__(model, **settings)
         from transformers import AutoTokenizer
 
-        self.name = model
-        self.max_new_tokens = max_new_tokens
-        self.temperature = temperature
-        self.top_p = top_p
         self.tokenizer = AutoTokenizer.from_pretrained(model)
-        self.engine_args = {"model": model, "enable_lora": enable_lora, "max_lora_rank": max_lora_rank}
-        self.engine_args.update(engine_kwargs or {})
         self.engine: Any = None
-        self.lora: Any = None
-        self._adapter_ids = itertools.count(1)
         self._request_ids = itertools.count()
         self._background = BackgroundLoop(f"vllm-async-{model}", setup=self._start_engine)
-        self.deterministic = True  # given a seed
 
     def _start_engine(self) -> None:
         from vllm import AsyncEngineArgs, AsyncLLMEngine
 
         self.engine = AsyncLLMEngine.from_engine_args(AsyncEngineArgs(**self.engine_args))
-
-    def load_adapter(self, path: str, name: str | None = None) -> str:
-        """Serves the LoRA adapter at `path` to the requests made from now on; its (new) name."""
-        from vllm.lora.request import LoRARequest
-
-        adapter_id = next(self._adapter_ids)
-        adapter_name = name or f"adapter-{adapter_id}"
-        self.lora = LoRARequest(adapter_name, adapter_id, path)
-        return adapter_name
 
     def respond(self, messages: View, tools: Tools = None, *, seed: int | None = None) -> Reply:
         return self._background.submit(lambda: self._generate(messages, tools, seed)).result()
@@ -166,16 +147,10 @@ class AsyncVLLMSimulator(Simulator):
         return await self._background.wait(lambda: self._generate(messages, tools, seed))
 
     async def _generate(self, messages: View, tools: Tools, seed: int | None) -> Reply:
-        from vllm import SamplingParams
-
         prompt = {"prompt_token_ids": render_prompt(self.tokenizer, messages, tools, name=self.name)}
-        params = SamplingParams(
-            temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_new_tokens, seed=seed, logprobs=0
-        )
+        request = f"scope-{next(self._request_ids)}"
         final = None
-        async for output in self.engine.generate(
-            prompt, params, f"scope-{next(self._request_ids)}", lora_request=self.lora
-        ):
+        async for output in self.engine.generate(prompt, self.sampling_params(seed), request, lora_request=self.lora):
             final = output
         if final is None:
             raise RuntimeError(f"vllm-async:{self.name}: the engine returned no output")
