@@ -472,7 +472,12 @@ class Trainer:
         then takes every step with it, writing nothing."""
         step = self.data_parallel.broadcast(None)
         if step:
-            directory = checkpoint_steps(self.checkpoints)[step]
+            directory = checkpoint_steps(self.checkpoints).get(step)
+            if directory is None:
+                raise RunError(
+                    f"rank {self.data_parallel.rank} does not see the checkpoint of step {step} in "
+                    f"{self.checkpoints}: the output folder must be on storage every node of the group sees"
+                )
             problem = self._load_checkpoint(directory)
             if problem is not None:
                 raise NoIntactCheckpoint(f"rank {self.data_parallel.rank}: {directory.name} {problem}")

@@ -138,6 +138,21 @@ def test_scripted_persuadee_reacts_to_strategies_and_persona(corpus_env):
     assert persuadee.persuasion(heard, kind) > persuadee.persuasion(heard, cold)
 
 
+def test_the_eager_persuadee_gives_to_a_plain_ask_the_calibrated_one_refuses(corpus_env):
+    """The partner of the SmolLM2 config: a short request with two appeals moves it, not the calibrated one."""
+
+    def plain(messages, tools):
+        turn = sum(m["role"] == "assistant" for m in messages)
+        return "Hi! Save the Children helps kids." if turn == 0 else "Would you donate? Every dollar will help."
+
+    def donated(user):
+        results = run_episodes([corpus_env() for _ in range(60)], {"agent": plain, "user": user}, seeds=0)
+        return np.mean([r.reward_info["agent"]["components"]["donation"] > 0 for r in results])
+
+    calibrated, eager = donated("scripted"), donated("scripted:scope_envs.p4g.scripted:EagerPersuadee")
+    assert calibrated < 0.1 and eager > 0.5, (calibrated, eager)
+
+
 def test_scripted_episodes_are_reproducible(corpus_env):
     def play():
         return [
