@@ -162,8 +162,8 @@ class ScriptedPersuadee(ScriptedSimulator):
 class EagerPersuadee(ScriptedPersuadee):
     """The scripted persuadee with no base reluctance: it still needs to be asked, from the second
     turn on, by persuasion that outweighs its persona's leaning and the noise. A partner a small
-    model can learn against: SmolLM2-135M earns about a quarter of its donations where the
-    calibrated persuadee gives it none (`p4g_smollm2.yaml`)."""
+    model can learn against: untrained SmolLM2-135M gets a donation in about a quarter of its
+    episodes, where the calibrated persuadee gives it none (`p4g_smollm2.yaml`)."""
 
     name = "eager-persuadee"
     reluctance = 0.0
