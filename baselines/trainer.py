@@ -233,9 +233,10 @@ class Trainer:
             from baselines.vllm_engine import VLLMGeneration
 
             config = self.config
+            served = self.output / "served_adapters"  # each rank of a learner group serves its own copy
             self._engines[base] = VLLMGeneration(
                 base,
-                adapter_dir=self.output / "served_adapters",
+                adapter_dir=served / f"rank-{self.data_parallel.rank}" if self.data_parallel is not None else served,
                 temperature=config.temperature,
                 max_new_tokens=config.max_new_tokens,
                 max_lora_rank=int(config.lora["r"]) if config.lora else 64,

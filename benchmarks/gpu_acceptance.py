@@ -246,7 +246,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         output = args.output or Path(scratch)
         model = build_model(Path(scratch) / "model", args.device, args.seed)
         outcomes = [run_one(env, method, model, output, args) for env in args.envs for method in args.methods]
-        engine_failures = check_async_vllm(model) if args.device.startswith("cuda") else []
+        try:
+            engine_failures = check_async_vllm(model) if args.device.startswith("cuda") else []
+        except Exception as error:  # the training runs' table is printed all the same
+            engine_failures = [f"{type(error).__name__}: {error}"]
     print(format_table(outcomes))
     failed = sum(bool(outcome.failures) for outcome in outcomes)
     print(f"{len(outcomes) - failed} of {len(outcomes)} runs passed")

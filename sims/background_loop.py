@@ -25,6 +25,7 @@ class BackgroundLoop:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None  # a failed setup is not retried (an engine is costly)
 
     @property
     def running(self) -> bool:
@@ -53,6 +54,8 @@ class BackgroundLoop:
 
     def _ensure(self) -> asyncio.AbstractEventLoop:
         with self._lock:
+            if self._failure is not None:
+                raise RuntimeError(f"{self.name}: its setup failed earlier") from self._failure
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 ready = threading.Event()
@@ -76,7 +79,7 @@ class BackgroundLoop:
                 self._thread.start()
                 ready.wait()
                 if failure:
-                    self._thread = None
+                    self._thread, self._failure = None, failure[0]
                     raise failure[0]
                 self._loop = loop
             return self._loop

@@ -178,8 +178,10 @@ class CheckpointPool:
             raise RuntimeError(f"checkpoint pool at {self.root} is opened read-only: its writer changes it")
 
     def _read_manifest(self) -> None:
-        manifest = self.root / MANIFEST
-        data = json.loads(manifest.read_text()) if manifest.is_file() else {"members": [], "next_id": 0}
+        try:
+            data = json.loads((self.root / MANIFEST).read_text())
+        except FileNotFoundError:  # no pool yet (or its writer is replacing it: a reader refreshes later)
+            data = {"members": [], "next_id": 0}
         self._members = [PoolMember(**m) for m in data["members"]]
         self._evicted = [(PoolMember(**m["member"]), int(m["evicted_at"])) for m in data.get("evicted", [])]
         self._next_id = int(data["next_id"])

@@ -63,7 +63,13 @@ class ServedByVLLM(Simulator):
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_p = top_p
-        self.engine_args = {"model": model, "enable_lora": enable_lora, "max_lora_rank": max_lora_rank}
+        # log-probs after temperature, as the trainer computes them (vLLM's default is before it)
+        self.engine_args = {
+            "model": model,
+            "enable_lora": enable_lora,
+            "max_lora_rank": max_lora_rank,
+            "logprobs_mode": "processed_logprobs",
+        }
         self.engine_args.update(engine_kwargs or {})
         self.lora: Any = None
         self._adapter_ids = itertools.count(1)
@@ -157,10 +163,14 @@ class AsyncVLLMSimulator(ServedByVLLM):
         return reply_from_output(final, model=self.name)
 
     def close(self) -> None:
+        """Shuts the engine down on its own loop (its output task and sockets live there)."""
         engine, self.engine = self.engine, None
-        if engine is not None and hasattr(engine, "shutdown"):
-            engine.shutdown()
-        self._background.close()
+
+        async def shutdown() -> None:
+            if engine is not None and hasattr(engine, "shutdown"):
+                engine.shutdown()
+
+        self._background.close(shutdown if self._background.running else None)
 
 
 def reply_from_output(output: Any, **metadata: Any) -> Reply:

@@ -161,8 +161,15 @@ def test_a_background_loop_serves_callers_from_any_thread_or_loop():
     background.close(finish)
     assert closed == [True] and not background.running
 
+    attempts = []
+
     def broken() -> None:
+        attempts.append(1)
         raise RuntimeError("no engine")
 
+    failing = BackgroundLoop("broken", setup=broken)
     with pytest.raises(RuntimeError, match="no engine"):
-        BackgroundLoop("broken", setup=broken).submit(where)
+        failing.submit(where)
+    with pytest.raises(RuntimeError, match="setup failed earlier"):
+        failing.submit(where)
+    assert len(attempts) == 1, "a failed setup (an engine start) is not retried by every caller"

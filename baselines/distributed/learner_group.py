@@ -33,6 +33,7 @@ from baselines.distributed.data_parallel import DataParallel
 from baselines.trainer import RunError, Trainer
 
 PLACEMENT_TIMEOUT_S = 120.0
+DEATH_GRACE_S = 5.0  # after a rank's error, how long to look for a rank that died and caused it
 
 
 class LearnerRankLost(RunError):
@@ -56,7 +57,8 @@ class LearnerRank:
 
     def run(self, rendezvous: str, *, resume: bool, overwrite: bool, progress: Any = None) -> list[dict[str, Any]]:
         """Trains to the end; rank 0 returns the run's metrics and puts each step's on `progress`."""
-        ranks = DataParallel.init(self.rank, self.world_size, init_method=rendezvous)
+        backend = "gloo" if (self.config.device or "").startswith("cpu") else None  # else NCCL where CUDA is
+        ranks = DataParallel.init(self.rank, self.world_size, init_method=rendezvous, backend=backend)
         try:
             trainer = Trainer(self.config, data_parallel=ranks)
             on_step = progress.put if progress is not None else None
@@ -144,7 +146,7 @@ class LearnerGroup:
                     bar.set_postfix(reward=f"{record['reward_mean']:.3f}")
                 for ref in done:
                     rank = running.pop(ref)
-                    result = self._result(ref, rank)
+                    result = self._result(ref, rank, running)
                     history = result if rank == 0 else history
         finally:
             bar.close()
@@ -152,18 +154,31 @@ class LearnerGroup:
         return history
 
     @staticmethod
-    def _result(ref: Any, rank: int) -> Any:
+    def _result(ref: Any, rank: int, others: dict[Any, int]) -> Any:
+        """A rank's result, or the error that ends the run: a rank that died is named (the others
+        then fail in their collectives, and their errors are only the echo of its death)."""
         import ray
         from ray.exceptions import RayActorError, RayTaskError
+
+        def lost(dead: int, error: Exception) -> LearnerRankLost:
+            return LearnerRankLost(
+                f"learner rank {dead} died ({' '.join(str(error).split())[:300]}); "
+                "the run stopped at its last checkpoint: --resume continues it"
+            )
 
         try:
             return ray.get(ref)
         except RayActorError as error:
-            raise LearnerRankLost(
-                f"learner rank {rank} died ({' '.join(str(error).split())[:300]}); "
-                "the run stopped at its last checkpoint: --resume continues it"
-            ) from None
-        except RayTaskError as error:  # the rank's own error (a run error is the same on every rank)
+            raise lost(rank, error) from None
+        except RayTaskError as error:
+            ended, _ = ray.wait(list(others), num_returns=len(others), timeout=DEATH_GRACE_S)
+            for other in ended:
+                try:
+                    ray.get(other)
+                except RayActorError as death:
+                    raise lost(others[other], death) from None
+                except RayTaskError:
+                    pass
             raise (error.cause if isinstance(error.cause, Exception) else error) from error
 
     def pids(self) -> list[int]:
