@@ -102,7 +102,6 @@ class Trainer:
 
         self.config = config
         self.data_parallel = data_parallel
-        self.writer = data_parallel is None or data_parallel.writer
         self.output = Path(config.output_dir)
         self.output.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(config.seed)
@@ -137,6 +136,11 @@ class Trainer:
         self._seed_pool()
         self.opponents = self._opponents()
         self.step = 0
+
+    @property
+    def writer(self) -> bool:
+        """This process writes the run's files: it trains alone, or is rank 0 of a learner group."""
+        return self.data_parallel is None or self.data_parallel.writer
 
     def _ray_rollout(self, local: Any) -> Any:
         """Rollout workers on Ray for the groups of frozen or small players; `local` plays the others."""

@@ -126,7 +126,7 @@ class APISimulator(Simulator):
         return self._submit(lambda: self._respond(messages, tools, seed)).result()
 
     async def arespond(self, messages: View, tools: Tools = None, *, seed: int | None = None) -> Reply:
-        return await asyncio.wrap_future(self._submit(lambda: self._respond(messages, tools, seed)))
+        return await self._background.wait(lambda: self._respond(messages, tools, seed))
 
     def respond_batch(
         self, batch: Sequence[View], tools: Sequence[Tools] | None = None, *, seeds: Sequence[int | None] | None = None
