@@ -1,18 +1,22 @@
 """`scope demo`: simulator collapse and its remedies on a fast act-level benchmark, on a CPU.
 
-The study (the shipped config `demo`: the env, the agent's policy, and templates of the training
-simulator's and the held-out panel's specs) trains an agent with each method, several
-seeds each, through the same trainer as the language-model runs:
+The study (a shipped config, `collapse_v1` by default: the env, the agent's policy, and templates
+of the training simulator's, the held-out target's and the panel's specs) trains an agent with
+each method, several seeds each, through the same trainer as the language-model runs:
 
 * `single`: against one simulator family sharpened by `gamma` (an aligned LLM simulator);
-* `vs`: against the same simulator through Verbalized Sampling with `k` candidates;
+* `heldout`: the positive control, trained on the held-out target itself (what a perfect remedy
+  would reach);
+* `vs`: against the training simulator through Verbalized Sampling with `k` candidates;
 * `cotrain`: the simulator starts as that family and is trained too, adversarially;
-* `population`: co-training whose groups are played by the live simulator or a pool snapshot;
-* `heldout`: a reference, trained on the held-out panel itself.
+* `population`: co-training whose groups are played by the live simulator or a pool snapshot.
 
-Every run is evaluated on a panel of families never trained against, at their reference
-behaviour (`gamma = 1`), on test scenarios. The report gives held-out success, training reward
-and final policy entropy per method (mean and 95% interval over seeds) and plots them over steps.
+Every run is evaluated on the held-out target (the fitted population; in the v0 study, a panel of
+families) on test scenarios, and on a panel of other families (between-family transfer). The
+report first gives the positive control: the gap `G` between `heldout` and `single`, and the
+minimum detectable effect (MDE) at the seeds run. Only where `G` is clear of zero and at least the
+MDE does it state each remedy's effect (paired by seed, with its interval and its share of `G`);
+elsewhere it says that this run cannot show a remedy working or failing.
 """
 
 from __future__ import annotations
@@ -32,15 +36,17 @@ from typing import Any
 import numpy as np
 import yaml
 
-STUDY = "demo"  # the shipped study of that name (`scope_envs/<benchmark>/studies/demo.yaml`)
+STUDY = "collapse_v1"  # the shipped study of that name (`scope_envs/<benchmark>/studies/collapse_v1.yaml`)
 
-METHODS = ("single", "vs", "cotrain", "population", "heldout")
+METHODS = ("single", "heldout", "vs", "cotrain", "population")
+DEFAULT_METHODS = ("single", "heldout", "vs", "population")
+REMEDIES = ("vs", "cotrain", "population")
 LABELS = {
     "single": "single simulator",
     "vs": "Verbalized Sampling",
     "cotrain": "Co-Training",
     "population": "Population Co-Training",
-    "heldout": "held-out panel (reference)",
+    "heldout": "trained on the held-out target (positive control)",
 }
 # Two-sided 97.5% quantiles of Student's t for 1..30 degrees of freedom (then the normal's).
 T_975 = tuple(
@@ -69,7 +75,7 @@ class DemoSettings:
     eval_every: int = 20
     eval_tasks: int = 100
     eval_samples: int = 4
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = DEFAULT_METHODS
     jobs: int = 2
     out: str = "runs/demo"
     study: str = STUDY
@@ -79,28 +85,37 @@ class DemoSettings:
 
         return yaml.safe_load(find_config(self.study, kind="studies").read_text())
 
-    def _spec(self, template: str, **extra: Any) -> str:
-        return template.format(gamma=self.gamma, spread=self.spread, train_family=self.train_family, **extra)
+    def _spec(self, template: str, seed: int, **extra: Any) -> str:
+        family = self.study_config().get("train_family_first", self.train_family - seed) + seed
+        return template.format(gamma=self.gamma, spread=self.spread, train_family=family, **extra)
 
-    @property
-    def train_spec(self) -> str:
-        return self._spec(self.study_config()["train_simulator"])
+    def train_spec(self, seed: int) -> str:
+        """The training simulator of a seed: the study's family for it (`train_family_first + seed`),
+        or `train_family` for every seed where the study names none."""
+        return self._spec(self.study_config()["train_simulator"], seed)
 
-    @property
-    def panel_specs(self) -> list[str]:
+    def panel_specs(self, seed: int) -> list[str]:
+        """The between-family panel of a seed (its own members where the study has a target)."""
         study = self.study_config()
-        return [self._spec(study["panel_simulator"], member=study["panel_first"] + i) for i in range(self.panel)]
+        first = study["panel_first"] + (seed * self.panel if "target" in study else 0)
+        return [self._spec(study["panel_simulator"], seed, member=first + i) for i in range(self.panel)]
+
+    @property
+    def target(self) -> str | None:
+        """The held-out target's spec (the fitted population), or None: the panel is the target."""
+        return self.study_config().get("target")
 
 
 def run_config(settings: DemoSettings, method: str, seed: int) -> dict[str, Any]:
     """The trainer config (as `scope train` key=values) of one method and seed."""
     study = settings.study_config()
+    train_spec, panel = settings.train_spec(seed), settings.panel_specs(seed)
     config: dict[str, Any] = {
         "env": study["env"],
         "policy": study["policy"],
         "method": "single",
-        "simulators": [settings.train_spec],
-        "eval_simulators": settings.panel_specs,
+        "simulators": [train_spec],
+        "eval_simulators": ([settings.target] if settings.target else []) + panel,
         "steps": settings.steps,
         "groups_per_step": settings.groups,
         "group_size": settings.group_size,
@@ -120,7 +135,7 @@ def run_config(settings: DemoSettings, method: str, seed: int) -> dict[str, Any]
     elif method in ("cotrain", "population"):
         config.update(
             method=method,
-            simulator_policy=settings.train_spec,
+            simulator_policy=train_spec,
             simulator_lr=settings.simulator_lr,
             simulator_kl_coef=settings.simulator_kl,
             simulator_reward="adversarial",
@@ -128,7 +143,7 @@ def run_config(settings: DemoSettings, method: str, seed: int) -> dict[str, Any]
         if method == "population":
             config.update(pool_size=settings.pool_size, pool_every=settings.pool_every)
     elif method == "heldout":
-        config.update(method="ensemble", simulators=settings.panel_specs)
+        config.update(method="ensemble", simulators=[settings.target] if settings.target else panel)
     return config
 
 
@@ -198,23 +213,68 @@ def mean_interval(values: list[float]) -> tuple[float, float]:
     return float(array.mean()), float(t * array.std(ddof=1) / math.sqrt(len(array)))
 
 
-def final_values(history: list[dict[str, Any]], tail: int) -> dict[str, float]:
+def heldout_key(target: str | None) -> str:
+    """The metric of the held-out target: the target simulator's success, else the panel's mean."""
+    return f"heldout_success/{target}" if target else "heldout_success"
+
+
+def final_values(history: list[dict[str, Any]], tail: int, target: str | None = None) -> dict[str, float]:
+    """A run's outcomes: held-out success on the target (and, with a target, on the other panel
+    members, `panel_success`) at its last evaluation; training reward, success and entropy over its
+    last `tail` steps."""
     last = history[-tail:]
-    evaluated = [r for r in history if "heldout_success" in r]
+    evaluated = [r for r in history if "heldout_success" in r][-1]
+    values = {"heldout_success": float(evaluated[heldout_key(target)])}
+    if target:
+        panel = [v for k, v in evaluated.items() if k.startswith("heldout_success/") and k != heldout_key(target)]
+        values["panel_success"] = float(np.mean(panel)) if panel else float("nan")
     return {
-        "heldout_success": evaluated[-1]["heldout_success"],
+        **values,
         "train_reward": float(np.mean([r["reward_mean"] for r in last])),
         "train_success": float(np.mean([r["success"] for r in last])),
         "entropy": float(np.mean([r["entropy"] for r in last])),
     }
 
 
-def summarize(results: dict[str, list[list[dict[str, Any]]]], tail: int) -> dict[str, dict[str, tuple[float, float]]]:
-    summary = {}
-    for method, runs in results.items():
-        finals = [final_values(history, tail) for history in runs]
-        summary[method] = {name: mean_interval([f[name] for f in finals]) for name in finals[0]}
-    return summary
+def summarize(finals: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, tuple[float, float]]]:
+    return {
+        method: {name: mean_interval([f[name] for f in runs]) for name in runs[0]} for method, runs in finals.items()
+    }
+
+
+@dataclass(frozen=True)
+class PositiveControl:
+    """`G`: held-out success of the arm trained on the target minus single-simulator RL's, paired
+    by seed; the minimum detectable effect at these seeds; whether a remedy result may be called."""
+
+    gap: Any  # baselines.stats.PairedTest
+    mde: float
+    seeds: int
+
+    @property
+    def holds(self) -> bool:
+        return self.gap.low > 0 and self.gap.difference >= self.mde
+
+
+def positive_control(finals: dict[str, list[dict[str, float]]], *, alpha: float = 0.05) -> PositiveControl | None:
+    from baselines.stats import minimum_detectable_effect, paired_t_test
+
+    if len(finals.get("heldout", [])) < 2 or len(finals.get("single", [])) < 2:
+        return None
+    gap = paired_t_test(*(_outcomes(finals, m) for m in ("heldout", "single")))
+    return PositiveControl(gap, minimum_detectable_effect(gap.sd, gap.n, alpha=alpha), gap.n)
+
+
+def remedy_effects(finals: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
+    """Each remedy's held-out success minus single-simulator RL's, paired by seed."""
+    from baselines.stats import paired_t_test
+
+    single = _outcomes(finals, "single")
+    return {m: paired_t_test(_outcomes(finals, m), single) for m in REMEDIES if len(finals.get(m, [])) >= 2}
+
+
+def _outcomes(finals: dict[str, list[dict[str, float]]], method: str) -> list[float]:
+    return [f["heldout_success"] for f in finals[method]]
 
 
 def _cell(value: tuple[float, float], digits: int = 3) -> str:
@@ -222,9 +282,53 @@ def _cell(value: tuple[float, float], digits: int = 3) -> str:
     return f"{mean:.{digits}f} ± {half:.{digits}f}" if not math.isnan(half) else f"{mean:.{digits}f}"
 
 
+def _signed(test: Any) -> str:
+    return f"{test.difference:+.3f} [{test.low:+.3f}, {test.high:+.3f}]"
+
+
+def control_lines(control: PositiveControl | None, effects: dict[str, Any]) -> list[str]:
+    """The report's verdict: the positive control, then each remedy only where the control holds."""
+    if control is None:
+        return ["No positive control was run (the `heldout` and `single` arms are needed): no remedy result is called."]
+    g = control.gap
+    lines = [
+        "## Positive control",
+        "",
+        f"G = held-out success of the agent trained on the target itself minus single-simulator RL's, paired by "
+        f"seed: **{_signed(g)}** (95% t-interval, {control.seeds} seeds). Minimum detectable effect of a paired "
+        f"t-test at these seeds (alpha 0.05, power 0.8): **{control.mde:.3f}**.",
+        "",
+    ]
+    if not control.holds:
+        why = "its interval includes zero" if g.low <= 0 else f"G is below the MDE ({control.mde:.3f})"
+        lines += [
+            f"**The positive control does not hold here** ({why}): these seeds cannot show a remedy working or "
+            "failing, so no remedy result is called. Run more seeds (`--seeds`) or another cell (`--gamma`, "
+            "`--spread`); docs/study/v1 says where the control holds.",
+        ]
+        return lines
+    lines += [
+        "The positive control holds: collapse costs held-out success here, and these seeds can detect an "
+        "effect of the MDE's size.",
+        "",
+        "| remedy | minus single [95% CI] | paired p | share of G recovered |",
+        "|---|---|---|---|",
+    ]
+    for method, test in effects.items():
+        lines.append(
+            f"| {LABELS[method]} | {_signed(test)} | {test.p_value:.2g} | {test.difference / g.difference:+.0%} |"
+        )
+    lines += [
+        "",
+        "An effect smaller than the MDE may exist and go undetected; p-values are not corrected here "
+        "(the study, docs/study/v1, corrects them).",
+    ]
+    return lines
+
+
 def write_report(
     settings: DemoSettings,
-    summary: dict[str, dict[str, tuple[float, float]]],
+    finals: dict[str, list[dict[str, float]]],
     untrained: tuple[float, float],
     plots: list[Path],
     seconds: float,
@@ -232,37 +336,62 @@ def write_report(
     out = Path(settings.out)
     tail = max(settings.steps // 10, 1)
     study = settings.study_config()
-    panel = ", ".join(f"`{spec}`" for spec in settings.panel_specs)
+    summary = summarize(finals)
+    control, effects = positive_control(finals), remedy_effects(finals)
+    target = settings.target
+    where = (
+        f"the held-out target `{target}` (the population the simulators approximate)"
+        if target
+        else "the held-out panel " + ", ".join(f"`{spec}`" for spec in settings.panel_specs(0))
+    )
     lines = [
         f"# {study['title']}",
         "",
-        f"Training simulator: family {settings.train_family} sharpened to gamma = {settings.gamma:g} "
-        f"(`{settings.train_spec}`). Held-out panel: {panel} "
-        f"at their reference behaviour (gamma = 1), on test scenarios; family spread {settings.spread:g}.",
+        f"Training simulator: a simulator family sharpened to gamma = {settings.gamma:g} (seed 0: "
+        f"`{settings.train_spec(0)}`; gamma > 1 is an aligned simulator concentrated on its modal users and "
+        f"replies, the model of collapse). Family spread {settings.spread:g}: how far families stray from the "
+        f"population. Every run is evaluated on {where}, on test scenarios.",
         f"{settings.seeds} seeds x {settings.steps} steps x {settings.groups} groups x {settings.group_size} episodes "
         f"per method; Verbalized Sampling k = {settings.k}; pool size {settings.pool_size}, a snapshot every "
-        f"{settings.pool_every} steps; {seconds:.0f} s on {settings.jobs} processes.",
+        f"{settings.pool_every} steps; {seconds:.0f} s on {settings.jobs} processes. The model and the study: "
+        "docs/demo.md, docs/study/v1.",
+        "",
+        *control_lines(control, effects),
+        "",
+        "## Every arm",
         "",
         f"Mean ± 95% interval over seeds. Held-out success: the last evaluation ({settings.eval_tasks} draws of "
-        f"test scenarios x {settings.eval_samples} episodes per panel family). Training reward and success, and "
-        f"policy entropy (nats per act), averaged over the last {tail} steps.",
+        f"test scenarios x {settings.eval_samples} episodes). Training reward and success (against each arm's own "
+        f"training simulator, which co-training makes adversarial), and policy entropy (nats per act), averaged "
+        f"over the last {tail} steps.",
         "",
-        "| method | held-out success | training reward | training success | policy entropy |",
-        "|---|---|---|---|---|",
+    ]
+    panel_column = target is not None
+    header = "| method | held-out success |" + (" other families |" if panel_column else "")
+    lines += [
+        header + " training reward | training success | policy entropy |",
+        "|---|---|" + ("---|" if panel_column else "") + "---|---|---|",
     ]
     for method, values in summary.items():
+        panel = f" {_cell(values['panel_success'])} |" if panel_column else ""
         lines.append(
-            f"| {LABELS[method]} | {_cell(values['heldout_success'])} | {_cell(values['train_reward'])} | "
+            f"| {LABELS[method]} | {_cell(values['heldout_success'])} |{panel} {_cell(values['train_reward'])} | "
             f"{_cell(values['train_success'])} | {_cell(values['entropy'], 2)} |"
         )
-    lines.append(f"| {study['untrained']} | {_cell(untrained)} | | | {uniform_entropy(study['env']):.2f} |")
-    if study.get("regime"):  # what the study's sweep found about where the effect is clear, and where not
-        lines += ["", " ".join(str(study["regime"]).split())]
+    blank = " |" if panel_column else ""
+    lines.append(f"| {study['untrained']} | {_cell(untrained)} |{blank} | | {uniform_entropy(study['env']):.2f} |")
     lines += ["", *(f"![{plot.stem}]({plot.name})" for plot in plots), ""]
     lines += ["Per-step metrics of every run: `runs/<method>-seed<seed>/metrics.jsonl`.", ""]
     path = out / "report.md"
     path.write_text("\n".join(lines))
-    (out / "summary.json").write_text(json.dumps({m: {k: list(v) for k, v in s.items()} for m, s in summary.items()}))
+    record = {
+        "summary": {m: {k: list(v) for k, v in values.items()} for m, values in summary.items()},
+        "positive_control": None
+        if control is None
+        else {**control.gap.as_dict(), "mde": control.mde, "holds": control.holds},
+        "remedies": {m: test.as_dict() for m, test in effects.items()},
+    }
+    (out / "summary.json").write_text(json.dumps(record, indent=1))
     return path
 
 
@@ -273,7 +402,9 @@ def uniform_entropy(env: str) -> float:
     return float(np.log(find_env(env).make().action_space("agent").n))
 
 
-def plot(results: dict[str, list[list[dict[str, Any]]]], out: Path, smooth: int) -> list[Path]:
+def plot(
+    results: dict[str, list[list[dict[str, Any]]]], out: Path, smooth: int, target: str | None = None
+) -> list[Path]:
     """Training reward, held-out success and policy entropy over steps: mean over seeds, 95% band."""
     import matplotlib
 
@@ -281,11 +412,11 @@ def plot(results: dict[str, list[list[dict[str, Any]]]], out: Path, smooth: int)
     import matplotlib.pyplot as plt
 
     panels = (
-        ("reward_mean", "training reward", smooth),
-        ("heldout_success", "held-out success", 1),
-        ("entropy", "policy entropy (nats)", smooth),
+        ("reward_mean", "training reward (own simulator)", smooth),
+        (heldout_key(target), "held-out success (target)", 1),
+        ("entropy", "policy entropy (nats per act)", smooth),
     )
-    figure, axes = plt.subplots(1, 3, figsize=(15, 4))
+    figure, axes = plt.subplots(1, 3, figsize=(15, 4.6))
     for method, runs in results.items():
         for axis, (key, title, window) in zip(axes, panels):
             steps = [r["step"] for r in runs[0] if key in r]
@@ -296,12 +427,15 @@ def plot(results: dict[str, list[list[dict[str, Any]]]], out: Path, smooth: int)
                 steps = steps[window - 1 :]
             mean = curves.mean(axis=0)
             half = np.array([mean_interval(list(column))[1] for column in curves.T]) if len(runs) > 1 else 0 * mean
-            axis.plot(steps, mean, label=LABELS[method], marker="o" if key == "heldout_success" else None, ms=3)
+            axis.plot(steps, mean, label=LABELS[method], marker="o" if key.startswith("heldout") else None, ms=3)
             axis.fill_between(steps, mean - half, mean + half, alpha=0.15)
             axis.set_title(title)
-            axis.set_xlabel("step")
-    axes[0].legend(fontsize=8)
-    figure.tight_layout()
+            axis.set_xlabel("training step")
+            axis.set_ylabel(title.split(" (")[0])
+            axis.ticklabel_format(axis="y", useOffset=False)
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
+    figure.tight_layout(rect=(0, 0.08, 1, 1))
     path = out / "curves.png"
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -317,7 +451,7 @@ def untrained_success(settings: DemoSettings) -> tuple[float, float]:
     for seed in range(settings.seeds):
         config = run_config(settings, "single", seed)
         config["output_dir"] = str(Path(settings.out) / "runs" / f"untrained-seed{seed}")
-        values.append(Trainer(TrainConfig(**config).validate()).evaluate(0)["heldout_success"])
+        values.append(Trainer(TrainConfig(**config).validate()).evaluate(0)[heldout_key(settings.target)])
     return mean_interval(values)
 
 
@@ -330,9 +464,10 @@ def run_demo(settings: DemoSettings, *, progress: bool = True) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     results = run_all(settings, progress=progress)
     tail = max(settings.steps // 10, 1)
-    plots = plot(results, out, smooth=max(min(tail, settings.steps // 4), 1))
+    plots = plot(results, out, smooth=max(min(tail, settings.steps // 4), 1), target=settings.target)
     baseline = untrained_success(settings)
-    return write_report(settings, summarize(results, tail), baseline, plots, time.perf_counter() - started)
+    finals = {m: [final_values(history, tail, settings.target) for history in runs] for m, runs in results.items()}
+    return write_report(settings, finals, baseline, plots, time.perf_counter() - started)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -363,7 +498,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default = getattr(defaults, name)
         parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default, help=f"{text} ({default})")
     parser.add_argument(
-        "--methods", default=",".join(METHODS), help=f"comma-separated subset of {', '.join(METHODS)} (all)"
+        "--methods",
+        default=",".join(DEFAULT_METHODS),
+        help=f"comma-separated subset of {', '.join(METHODS)} ({','.join(DEFAULT_METHODS)})",
     )
 
 

@@ -174,3 +174,44 @@ def holm(p_values: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (len(p_values) - rank) * p_values[index]))
         adjusted[index] = running
     return adjusted
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """`a - b` paired by seed (each seed plays one training family in both arms, so the family is a
+    random intercept that pairing removes): the mean difference, its t-interval, the two-sided
+    paired t-test p-value and the standard deviation of the differences."""
+
+    difference: float
+    low: float
+    high: float
+    p_value: float
+    sd: float
+    n: int
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def paired_t_test(a: Sequence[float], b: Sequence[float], *, confidence: float = 0.95) -> PairedTest:
+    from scipy import stats
+
+    differences = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    if differences.ndim != 1 or len(differences) < 2:
+        raise ValueError("a paired t-test needs at least two pairs")
+    n, mean, sd = len(differences), float(differences.mean()), float(differences.std(ddof=1))
+    if sd == 0:
+        return PairedTest(mean, mean, mean, 0.0 if mean else 1.0, 0.0, n)
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
+    p_value = float(2 * stats.t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
+    return PairedTest(mean, mean - half, mean + half, p_value, sd, n)
+
+
+def minimum_detectable_effect(sd: float, n: int, *, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest mean paired difference a two-sided paired t-test at level `alpha` detects with
+    probability `power` over `n` pairs whose differences have standard deviation `sd`."""
+    from scipy import stats
+
+    if n < 2:
+        return math.inf
+    return float((stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(power, n - 1)) * sd / math.sqrt(n))

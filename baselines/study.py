@@ -1,10 +1,16 @@
-"""The pre-registered collapse study (docs/study/preregistration.md): a sweep of `scope demo` cells.
+"""The pre-registered collapse study on `PersuasionActs-v1` (docs/study/v1/preregistration.md).
 
-`python -m baselines.study run` trains every (gamma, spread, method, seed) of the grid with the
-demo's settings, two processes at a time, and keeps each finished run's final metrics
-(`<out>/<cell>/runs/<method>-seed<seed>/final.json`), so a stopped sweep resumes where it was.
-`python -m baselines.study analyze` runs the pre-registered tests (Welch's t-test, Holm over the
-confirmatory family), draws the phase diagram and writes `results.md` and `results.json`.
+    python -m baselines.study pilot     # the positive control at the pilot seeds, every cell
+    python -m baselines.study run       # every arm at the confirmatory seeds, in cells where it holds
+    python -m baselines.study analyze   # tests, Holm, results.md / results.json, the record of runs
+    python -m baselines.study verify --sample 5   # reruns recorded runs; fails on any difference
+
+Every run is a `scope demo` run of one (cell, arm, seed), trained two processes at a time; its
+outcomes and provenance (the commit, whether the tree was clean, the library versions) are kept in
+`<out>/<cell>/runs/<arm>-seed<seed>/final.json`, so a stopped sweep resumes where it was. A sweep
+refuses to add runs made from another commit, or from a tree with uncommitted changes, to a folder
+that holds runs: a study's runs come from one commit. `analyze` writes `runs.jsonl`, the record
+`verify` reruns.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import json
 import math
 import multiprocessing
 import os
+import subprocess
+import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -24,13 +32,18 @@ import numpy as np
 
 from baselines.demo import LABELS, DemoSettings, final_values, mean_interval, run_config
 
+# The design, as pre-registered: cells, arms, seeds, and the decision rule's constants.
 GAMMAS = (1.0, 3.0, 10.0)
-SPREADS = (1.0, 2.0, 0.5)  # the demo's spread first: a sweep stopped early has the most useful cells
-METHODS = ("single", "vs", "population")
+SPREADS = (0.5, 1.0)
+CONTROL_ARMS = ("single", "heldout")
 REMEDIES = ("vs", "population")
-SEEDS = 10
+ARMS = (*CONTROL_ARMS, *REMEDIES)
+PILOT_SEEDS = tuple(range(100, 105))
+SEEDS = tuple(range(10))
 ALPHA = 0.05
+POWER = 0.8
 FINAL = "final.json"
+LIBRARIES = ("numpy", "torch", "scipy", "gymnasium", "pettingzoo")
 
 
 @dataclass(frozen=True)
@@ -42,9 +55,14 @@ class Cell:
     def name(self) -> str:
         return f"gamma{self.gamma:g}-spread{self.spread:g}"
 
+    @classmethod
+    def parse(cls, name: str) -> Cell:
+        gamma, spread = name.removeprefix("gamma").split("-spread")
+        return cls(float(gamma), float(spread))
 
-def grid(gammas: tuple[float, ...] = GAMMAS, spreads: tuple[float, ...] = SPREADS) -> list[Cell]:
-    return [Cell(gamma, spread) for spread in spreads for gamma in gammas]
+
+def grid() -> list[Cell]:
+    return [Cell(gamma, spread) for spread in SPREADS for gamma in GAMMAS]
 
 
 def cell_settings(base: DemoSettings, cell: Cell, out: Path) -> DemoSettings:
@@ -52,177 +70,161 @@ def cell_settings(base: DemoSettings, cell: Cell, out: Path) -> DemoSettings:
     return replace(base, gamma=cell.gamma, spread=cell.spread, eval_every=base.steps, out=str(out / cell.name))
 
 
-def _run(config: dict[str, Any], tail: int) -> dict[str, Any]:
+# ---- provenance ----------------------------------------------------------------------------------
+
+
+def provenance() -> dict[str, Any]:
+    """What a run was made from: the commit, whether the tree held uncommitted changes, versions."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return ""
+
+    versions = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = None
+    tracked_changes = git("status", "--porcelain", "--untracked-files=no", "--", "scope_envs", "sims", "baselines")
+    return {
+        "commit": git("rev-parse", "HEAD") or None,
+        "clean": tracked_changes == "",
+        "python": sys.version.split()[0],
+        "versions": versions,
+    }
+
+
+def check_provenance(out: Path, current: dict[str, Any]) -> None:
+    """Refuses to mix: every run already under `out` must come from this commit, clean."""
+    if not current["clean"] or current["commit"] is None:
+        raise SystemExit(
+            "the study runs from a committed tree: commit (or stash) the changes under scope_envs, "
+            "sims and baselines first, so every run names the code it came from"
+        )
+    for path in sorted(out.glob(f"*/runs/*/{FINAL}")):
+        made = json.loads(path.read_text()).get("provenance", {})
+        if made.get("commit") != current["commit"]:
+            raise SystemExit(
+                f"{path} was made at commit {made.get('commit')}, this is {current['commit']}: a "
+                f"study's runs come from one commit; use another --out, or rerun the study"
+            )
+
+
+# ---- running -------------------------------------------------------------------------------------
+
+
+def _run(config: dict[str, Any], tail: int, target: str | None, made: dict[str, Any]) -> dict[str, Any]:
     from baselines.demo import _train
 
     started = time.perf_counter()
-    history = _train(config)
-    finals = final_values(history, tail)
-    result = {**finals, "seconds": time.perf_counter() - started}
+    finals = final_values(_train(config), tail, target)
+    result = {**finals, "seconds": time.perf_counter() - started, "provenance": made}
     path = Path(config["output_dir"]) / FINAL
+    (path.parent / "run_config.json").write_text(json.dumps(config, sort_keys=True))
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result))
     tmp.replace(path)
     return result
 
 
-def run_sweep(
-    out: Path,
-    *,
-    base: DemoSettings | None = None,
-    cells: list[Cell] | None = None,
-    methods: tuple[str, ...] = METHODS,
-    seeds: int = SEEDS,
-    jobs: int = 2,
-    progress: bool = True,
-) -> int:
-    """Trains every run of the grid that has no `final.json` yet; the number trained."""
-    from tqdm.auto import tqdm
-
-    base = base or DemoSettings()
-    tail = max(base.steps // 10, 1)
+def plan_runs(
+    out: Path, base: DemoSettings, cells: list[Cell], arms: tuple[str, ...], seeds: tuple[int, ...]
+) -> list[dict[str, Any]]:
+    """The trainer configs of every (cell, arm, seed) that has no `final.json` yet."""
     todo = []
-    for cell in cells or grid():
+    for cell in cells:
         settings = cell_settings(base, cell, out)
-        for seed in range(seeds):
-            for method in methods:
-                config = run_config(settings, method, seed)
+        for seed in seeds:
+            for arm in arms:
+                config = run_config(settings, arm, seed)
                 if not (Path(config["output_dir"]) / FINAL).is_file():
                     todo.append(config)
+    return todo
+
+
+def run_configs(todo: list[dict[str, Any]], base: DemoSettings, *, jobs: int = 2, progress: bool = True) -> int:
+    from tqdm.auto import tqdm
+
+    made = provenance()
+    tail = max(base.steps // 10, 1)
     context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-    bar = tqdm(total=len(todo), desc="study", unit="run", disable=not progress)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        pending = {pool.submit(_run, config, tail) for config in todo}
+    with (
+        tqdm(total=len(todo), desc="study", unit="run", disable=not progress) as bar,
+        ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool,
+    ):
+        pending = {pool.submit(_run, config, tail, base.target, made) for config in todo}
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 future.result()
                 bar.update(1)
-    bar.close()
     return len(todo)
 
 
-def load_outcomes(out: Path, cells: list[Cell] | None = None) -> dict[Cell, dict[str, list[float]]]:
-    """Held-out success per cell and method, over the seeds that finished (in seed order)."""
-    outcomes: dict[Cell, dict[str, list[float]]] = {}
-    for cell in cells or grid():
-        runs = out / cell.name / "runs"
-        by_method: dict[str, list[float]] = {}
-        for method in METHODS:
-            files = sorted(runs.glob(f"{method}-seed*/{FINAL}"), key=lambda p: int(p.parent.name.rsplit("seed", 1)[1]))
-            values = [json.loads(path.read_text())["heldout_success"] for path in files]
-            if values:
-                by_method[method] = values
-        if by_method:
-            outcomes[cell] = by_method
-    return outcomes
+def load_finals(out: Path, cell: Cell, arm: str, seeds: tuple[int, ...]) -> list[dict[str, Any]]:
+    """The finished runs of an arm in a cell, in seed order (only the seeds asked for)."""
+    runs = out / cell.name / "runs"
+    return [json.loads(p.read_text()) for s in seeds if (p := runs / f"{arm}-seed{s}" / FINAL).is_file()]
 
 
-# ---- analysis ------------------------------------------------------------------------------------
+# ---- the positive control and the tests ----------------------------------------------------------
+
+
+def confirmatory_tests() -> int:
+    """How many remedy tests the confirmatory family holds at most: two remedies in every cell."""
+    return len(REMEDIES) * len(grid())
+
+
+def pilot_control(out: Path) -> dict[str, dict[str, float]]:
+    """Per cell, from the pilot seeds: G and the MDE at the confirmatory seeds, with the family-wise
+    alpha split over the most tests the family can hold (Bonferroni, as conservative as Holm's
+    first step), and whether the cell qualifies for the remedy tests (G >= MDE)."""
+    from baselines.stats import minimum_detectable_effect, paired_t_test
+
+    table = {}
+    for cell in grid():
+        single, heldout = (load_finals(out, cell, arm, PILOT_SEEDS) for arm in CONTROL_ARMS)
+        if len(single) < len(PILOT_SEEDS) or len(heldout) < len(PILOT_SEEDS):
+            continue
+        gap = paired_t_test([h["heldout_success"] for h in heldout], [s["heldout_success"] for s in single])
+        mde = minimum_detectable_effect(gap.sd, len(SEEDS), alpha=ALPHA / confirmatory_tests(), power=POWER)
+        table[cell.name] = {**gap.as_dict(), "mde_at_confirmatory_seeds": mde, "qualifies": gap.difference >= mde}
+    return table
 
 
 @dataclass(frozen=True)
 class Test:
-    hypothesis: str
     cell: Cell
-    a: str  # what is compared, e.g. "vs" or "single@gamma3"
-    b: str
-    welch: Any
-    confirmatory: bool
+    remedy: str
+    result: Any  # baselines.stats.PairedTest
     adjusted_p: float = float("nan")
 
     @property
     def verdict(self) -> str:
         if not self.adjusted_p < ALPHA:
             return "no detectable effect"
-        return "helps" if self.welch.difference > 0 else "hurts"
+        return "helps" if self.result.difference > 0 else "hurts"
 
 
-def planned_tests(outcomes: dict[Cell, dict[str, list[float]]]) -> list[Test]:
-    """Every pre-registered test the finished cells allow, with Holm-adjusted p-values per family."""
-    from baselines.stats import holm, welch_test
+def remedy_tests(out: Path, cells: list[Cell]) -> list[Test]:
+    """H1 (VS) and H2 (Population) against single in every qualifying cell, paired by seed, Holm
+    over the whole family."""
+    from baselines.stats import holm, paired_t_test
 
-    tests: list[Test] = []
-    for cell, values in outcomes.items():
-        collapsed = cell.gamma > 1
-        for remedy, label in (("vs", "H1"), ("population", "H2")):
-            if len(values.get(remedy, [])) >= 2 and len(values.get("single", [])) >= 2:
-                hypothesis = label if collapsed else f"{label} (exploratory, gamma 1)"
-                welch = welch_test(values[remedy], values["single"])
-                tests.append(Test(hypothesis, cell, remedy, "single", welch, confirmatory=collapsed))
-        unsharpened = outcomes.get(Cell(1.0, cell.spread), {}).get("single", [])
-        if collapsed and len(values.get("single", [])) >= 2 and len(unsharpened) >= 2:
-            welch = welch_test(values["single"], unsharpened)
-            tests.append(Test("H3", cell, f"single@gamma{cell.gamma:g}", "single@gamma1", welch, confirmatory=True))
-    adjusted: list[Test] = []
-    for family in (True, False):
-        members = [t for t in tests if t.confirmatory == family]
-        for test, p in zip(members, holm([t.welch.p_value for t in members])):
-            adjusted.append(replace(test, adjusted_p=p))
-    return adjusted
-
-
-def demo_cell(tests: list[Test]) -> Cell | None:
-    """The pre-registered choice of `scope demo`'s regime: the cell with the most confirmatory
-    'helps' verdicts of the remedies, ties broken by the larger smallest Cohen's d among them."""
-    scores: dict[Cell, tuple[int, float]] = {}
-    for test in tests:
-        if test.confirmatory and test.hypothesis in ("H1", "H2") and test.verdict == "helps":
-            count, smallest = scores.get(test.cell, (0, math.inf))
-            scores[test.cell] = (count + 1, min(smallest, test.welch.cohen_d))
-    return max(scores, key=lambda cell: scores[cell]) if scores else None
-
-
-def _fmt_p(p: float) -> str:
-    return f"{p:.2g}" if p >= 1e-4 else f"{p:.1e}"
-
-
-def phase_diagram(outcomes: dict[Cell, dict[str, list[float]]], tests: list[Test], path: Path) -> Path:
-    """One panel per remedy: (gamma, spread) cells coloured by the remedy's difference from single,
-    annotated with its verdict; cells where collapse hurts are outlined."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    gammas = sorted({c.gamma for c in outcomes})
-    spreads = sorted({c.spread for c in outcomes})
-    verdicts = {(t.hypothesis.split()[0], t.cell): t for t in tests}
-    figure, axes = plt.subplots(1, len(REMEDIES), figsize=(5.2 * len(REMEDIES), 4.2))
-    for axis, (remedy, label) in zip(np.atleast_1d(axes), (("vs", "H1"), ("population", "H2"))):
-        grid_values = np.full((len(spreads), len(gammas)), np.nan)
-        for (name, cell), test in verdicts.items():
-            if name == label:
-                grid_values[spreads.index(cell.spread), gammas.index(cell.gamma)] = test.welch.difference
-        limit = max(np.nanmax(np.abs(grid_values)) if np.isfinite(grid_values).any() else 0.1, 0.02)
-        image = axis.imshow(grid_values, cmap="RdBu", vmin=-limit, vmax=limit, origin="lower", aspect="auto")
-        for (name, cell), test in verdicts.items():
-            row, column = spreads.index(cell.spread), gammas.index(cell.gamma)
-            if name == label:
-                mark = {"helps": "helps", "hurts": "hurts", "no detectable effect": "n.s."}[test.verdict]
-                mark += "" if test.confirmatory else " (expl.)"
-                axis.text(
-                    column,
-                    row,
-                    f"{test.welch.difference:+.3f}\n{mark}\nHolm p={_fmt_p(test.adjusted_p)}",
-                    ha="center",
-                    va="center",
-                    fontsize=8,
-                    color="white" if abs(test.welch.difference) > 0.6 * limit else "black",
-                )
-            if name == "H3" and test.verdict == "hurts":
-                axis.add_patch(plt.Rectangle((column - 0.5, row - 0.5), 1, 1, fill=False, lw=2.5, ec="black"))
-        axis.set_xticks(range(len(gammas)), [f"{g:g}" for g in gammas])
-        axis.set_yticks(range(len(spreads)), [f"{s:g}" for s in spreads])
-        axis.set_xlabel("collapse sharpness gamma of the training simulator")
-        axis.set_ylabel("simulator spread")
-        axis.set_title(f"{LABELS[remedy]} - single (held-out success)", fontsize=10)
-        figure.colorbar(image, ax=axis, shrink=0.8)
-    figure.suptitle("Where collapse hurts (outlined: H3) and where each remedy helps (Holm-adjusted p)", fontsize=10)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    tests = []
+    for cell in cells:
+        single = [f["heldout_success"] for f in load_finals(out, cell, "single", SEEDS)]
+        for remedy in REMEDIES:
+            values = [f["heldout_success"] for f in load_finals(out, cell, remedy, SEEDS)]
+            if len(values) == len(single) == len(SEEDS):
+                tests.append(Test(cell, remedy, paired_t_test(values, single)))
+    return [replace(t, adjusted_p=p) for t, p in zip(tests, holm([t.result.p_value for t in tests]))]
 
 
 def _interval(values: list[float]) -> str:
@@ -230,94 +232,185 @@ def _interval(values: list[float]) -> str:
     return f"{mean:.3f} ± {half:.3f}" if not math.isnan(half) else f"{mean:.3f}"
 
 
-def write_results(out: Path, docs: Path | None = None, *, seeds: int = SEEDS) -> Path:
-    """Tests, the phase diagram, results.md and results.json (into `docs` if given, else `out`).
-    Only complete cells (every method with `seeds` finished runs) are tested, as pre-registered."""
-    found = load_outcomes(out)
-    if not found:
-        raise ValueError(f"no finished runs under {out}: run `python -m baselines.study run --out {out}` first")
-    outcomes = {c: v for c, v in found.items() if all(len(v.get(m, [])) >= seeds for m in METHODS)}
-    incomplete = [c for c in grid() if c not in outcomes]
-    tests = planned_tests(outcomes)
-    target = docs or out
-    target.mkdir(parents=True, exist_ok=True)
-    diagram = phase_diagram(outcomes or found, tests, target / "phase_diagram.png")
-    chosen = demo_cell(tests)
+def _signed(r: Any) -> str:
+    return f"{r.difference:+.3f} [{r.low:+.3f}, {r.high:+.3f}]"
+
+
+def write_results(out: Path, docs: Path) -> Path:
+    """positive_control.md/json from the pilot; then, for qualifying cells, the confirmatory
+    control, the remedy tests, every arm's outcomes; and runs.jsonl, the record of every run."""
+    from baselines.stats import paired_t_test
+
+    docs.mkdir(parents=True, exist_ok=True)
+    control = pilot_control(out)
+    qualifying = [Cell.parse(name) for name, row in control.items() if row["qualifies"]]
+    tests = remedy_tests(out, qualifying)
     lines = [
-        "# Results: simulator collapse study (pre-registered)",
+        "# Results: the collapse study on PersuasionActs-v1",
         "",
-        "Design, hypotheses and decision rules: [preregistration.md](preregistration.md). Held-out success at "
-        "the last step of each run; mean ± 95% t-interval over seeds.",
+        "Design, hypotheses and decision rules: [preregistration.md](preregistration.md); the corpus fit: "
+        "[corpus_fit.md](corpus_fit.md). Outcome: held-out success on the fitted population at the last step. "
+        "Generated by `python -m baselines.study analyze`.",
         "",
-        "| gamma | spread | " + " | ".join(f"{LABELS[m]} (n)" for m in METHODS) + " |",
-        "|---|---|" + "---|" * len(METHODS),
+        "## Positive control (pilot seeds " + f"{PILOT_SEEDS[0]}-{PILOT_SEEDS[-1]})",
+        "",
+        f"G = trained on the population itself minus single-simulator RL, paired by seed. MDE: the smallest "
+        f"difference a paired t-test detects at {len(SEEDS)} seeds with power {POWER}, alpha {ALPHA} / "
+        f"{confirmatory_tests()} (the family's largest size). A cell qualifies for remedy tests when G >= MDE.",
+        "",
+        "| gamma | spread | G [95% CI] | SD of paired differences | MDE | qualifies |",
+        "|---|---|---|---|---|---|",
     ]
-    for cell in sorted(found, key=lambda c: (c.spread, c.gamma)):
-        values = found[cell]
-        cells = [f"{_interval(values[m])} ({len(values[m])})" if m in values else "-" for m in METHODS]
-        lines.append(f"| {cell.gamma:g} | {cell.spread:g} | " + " | ".join(cells) + " |")
-    if incomplete:
-        names = ", ".join(f"gamma {c.gamma:g} / spread {c.spread:g}" for c in incomplete)
-        lines += ["", f"Not tested (fewer than {seeds} finished runs for some method, or none): {names}."]
-    for family, title in ((True, "Confirmatory tests (Holm over this family)"), (False, "Exploratory tests")):
-        members = [t for t in tests if t.confirmatory == family]
+    for name, row in control.items():
+        cell = Cell.parse(name)
+        gap = f"{row['difference']:+.3f} [{row['low']:+.3f}, {row['high']:+.3f}]"
+        lines.append(
+            f"| {cell.gamma:g} | {cell.spread:g} | {gap} | {row['sd']:.3f} | {row['mde_at_confirmatory_seeds']:.3f} | "
+            f"{'yes' if row['qualifies'] else 'no'} |"
+        )
+    if not qualifying:
         lines += [
             "",
-            f"## {title}",
-            "",
-            "| hypothesis | gamma | spread | comparison | difference [95% CI] | Cohen's d | p | Holm p | verdict |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "**No cell qualifies**: on this testbed a perfect remedy would gain less than the study could "
+            "detect, so no remedy is tested and no remedy result is called.",
         ]
-        for t in sorted(members, key=lambda t: (t.hypothesis, t.cell.spread, t.cell.gamma)):
-            w = t.welch
+    else:
+        lines += [
+            "",
+            f"## Confirmatory runs (seeds {SEEDS[0]}-{SEEDS[-1]}), qualifying cells",
+            "",
+            "Held-out success on the population, mean ± 95% t-interval over seeds; other families: mean success on "
+            "each seed's own panel of four families (between-family transfer, secondary).",
+            "",
+            "| gamma | spread | arm | held-out success | other families | G at these seeds |",
+            "|---|---|---|---|---|---|",
+        ]
+        for cell in qualifying:
+            finals = {arm: load_finals(out, cell, arm, SEEDS) for arm in ARMS}
+            gap = paired_t_test(*([f["heldout_success"] for f in finals[a]] for a in ("heldout", "single")))
+            for arm in ARMS:
+                population = _interval([v["heldout_success"] for v in finals[arm]])
+                panel = _interval([v["panel_success"] for v in finals[arm]])
+                lines.append(
+                    f"| {cell.gamma:g} | {cell.spread:g} | {LABELS[arm]} | {population} | {panel} | "
+                    f"{_signed(gap) if arm == 'heldout' else ''} |"
+                )
+        lines += [
+            "",
+            "## Remedy tests (paired by seed: each seed's training family is a random intercept; Holm over the family)",
+            "",
+            "| hypothesis | gamma | spread | remedy - single [95% CI] | p | Holm p | verdict |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for t in tests:
+            label = "H1" if t.remedy == "vs" else "H2"
             lines.append(
-                f"| {t.hypothesis} | {t.cell.gamma:g} | {t.cell.spread:g} | {t.a} - {t.b} | "
-                f"{w.difference:+.3f} [{w.low:+.3f}, {w.high:+.3f}] | {w.cohen_d:+.2f} | {_fmt_p(w.p_value)} | "
-                f"{_fmt_p(t.adjusted_p)} | {t.verdict} |"
+                f"| {label} | {t.cell.gamma:g} | {t.cell.spread:g} | {_signed(t.result)} | {t.result.p_value:.2g} | "
+                f"{t.adjusted_p:.2g} | {t.verdict} |"
             )
-    lines += ["", f"![phase diagram]({diagram.name})", ""]
-    choice = f"gamma {chosen.gamma:g}, spread {chosen.spread:g}" if chosen else "none (no remedy helps anywhere)"
-    lines += [f"Demo regime by the pre-registered rule: {choice}.", ""]
-    path = target / "results.md"
-    path.write_text("\n".join(lines))
+    (docs / "results.md").write_text("\n".join(lines) + "\n")
     record = {
-        "outcomes": {cell.name: values for cell, values in found.items()},
-        "tested_cells": [cell.name for cell in outcomes],
+        "positive_control": control,
+        "qualifying_cells": [c.name for c in qualifying],
         "tests": [
             {
-                "hypothesis": t.hypothesis,
                 "cell": t.cell.name,
-                "a": t.a,
-                "b": t.b,
-                **t.welch.as_dict(),
+                "remedy": t.remedy,
+                **t.result.as_dict(),
                 "holm_p": t.adjusted_p,
-                "confirmatory": t.confirmatory,
                 "verdict": t.verdict,
             }
             for t in tests
         ],
-        "demo_cell": chosen.name if chosen else None,
     }
-    (target / "results.json").write_text(json.dumps(record, indent=1))
-    return path
+    (docs / "results.json").write_text(json.dumps(record, indent=1) + "\n")
+    write_record(out, docs / "runs.jsonl")
+    return docs / "results.md"
+
+
+# ---- the record and its verification -------------------------------------------------------------
+
+
+def write_record(out: Path, path: Path) -> int:
+    """One line per finished run: its cell, arm, seed, trainer config, outcomes and provenance."""
+    lines = []
+    for final in sorted(out.glob(f"*/runs/*/{FINAL}")):
+        arm, seed = final.parent.name.rsplit("-seed", 1)
+        result = json.loads(final.read_text())
+        config = json.loads((final.parent / "run_config.json").read_text())
+        outcome = {k: v for k, v in result.items() if k not in ("seconds", "provenance")}
+        lines.append(
+            json.dumps(
+                {
+                    "cell": final.parents[2].name,
+                    "arm": arm,
+                    "seed": int(seed),
+                    "config": config,
+                    "outcome": outcome,
+                    "provenance": result["provenance"],
+                },
+                sort_keys=True,
+            )
+        )
+    commits = {json.loads(line)["provenance"]["commit"] for line in lines}
+    if len(commits) > 1:
+        raise SystemExit(f"the runs under {out} come from {len(commits)} commits: a record holds one")
+    path.write_text("\n".join(lines) + "\n")
+    return len(lines)
+
+
+def verify(record: Path, sample: int, *, seed: int = 0, base: DemoSettings | None = None) -> list[str]:
+    """Reruns `sample` recorded runs (drawn with `seed`) and lists every outcome that differs."""
+    import tempfile
+
+    base = base or DemoSettings()
+    runs = [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
+    chosen = np.random.default_rng(seed).choice(len(runs), size=min(sample, len(runs)), replace=False)
+    differences = []
+    current = provenance()
+    with tempfile.TemporaryDirectory() as scratch:
+        for index in sorted(chosen):
+            run = runs[index]
+            config = {**run["config"], "output_dir": str(Path(scratch) / f"run{index}")}
+            target = DemoSettings(study=base.study).target
+            rerun = _run(config, max(config["steps"] // 10, 1), target, current)
+            for key, recorded in run["outcome"].items():
+                if rerun[key] != recorded:
+                    differences.append(
+                        f"{run['cell']} {run['arm']} seed {run['seed']}: {key} {rerun[key]!r} != recorded {recorded!r}"
+                    )
+            print(f"verified {run['cell']} {run['arm']} seed {run['seed']}", flush=True)
+    return differences
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m baselines.study", description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=["run", "analyze"])
-    parser.add_argument("--out", default="runs/study", help="where the runs go (runs/study)")
-    parser.add_argument("--docs", default=None, help="analyze: write results here instead of --out")
+    parser.add_argument("action", choices=["pilot", "run", "analyze", "verify"])
+    parser.add_argument("--out", default="runs/study-v1", help="where the runs go (runs/study-v1)")
+    parser.add_argument("--docs", default="docs/study/v1", help="analyze: results go here; verify: its runs.jsonl")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument(
-        "--seeds", type=int, default=SEEDS, help="seeds per cell and method (a cell is tested once complete)"
-    )
+    parser.add_argument("--sample", type=int, default=5, help="verify: recorded runs to rerun")
     args = parser.parse_args(argv)
-    out = Path(args.out)
-    if args.action == "run":
-        trained = run_sweep(out, seeds=args.seeds, jobs=args.jobs)
-        print(f"trained {trained} runs under {out}")
+    out, docs, base = Path(args.out), Path(args.docs), DemoSettings()
+    if args.action == "verify":
+        differences = verify(docs / "runs.jsonl", args.sample)
+        for line in differences:
+            print(f"DIFFERS: {line}")
+        print(f"{args.sample} recorded runs rerun: {'all identical' if not differences else 'differences found'}")
+        return 1 if differences else 0
+    if args.action == "analyze":
+        print(f"results: {write_results(out, docs)}")
         return 0
-    print(f"results: {write_results(out, Path(args.docs) if args.docs else None, seeds=args.seeds)}")
+    check_provenance(out, provenance())
+    if args.action == "pilot":
+        todo = plan_runs(out, base, grid(), CONTROL_ARMS, PILOT_SEEDS)
+    else:
+        cells = [Cell.parse(name) for name, row in pilot_control(out).items() if row["qualifies"]]
+        if not cells:
+            print("no cell qualifies by the pilot's positive control: nothing to run")
+            return 0
+        todo = plan_runs(out, base, cells, ARMS, SEEDS)
+    print(f"trained {run_configs(todo, base, jobs=args.jobs)} runs under {out}")
     return 0
 
 

@@ -39,6 +39,16 @@ def register_all() -> None:
         view_kwargs={"obs": "features"},  # the Gymnasium views take arrays: PPO("MlpPolicy", gym.make(id))
     )
     register_dialogue_env(
+        "PersuasionActs-v1",
+        "scope_envs.persuasion_acts.env:PersuasionActsEnv",
+        "Persuasion for Good acts, version 1: latent persuadee types fitted on the corpus; refusals end",
+        rollout="scope_envs.persuasion_acts.rollout:collect",
+        policies={"mixture": "scope_envs.persuasion_acts.mixture:make_mixture"},
+        vector_entry_point="scope_envs.persuasion_acts.vector:PersuasionActsVectorEnv",
+        view_kwargs={"obs": "features"},
+        version=1,
+    )
+    register_dialogue_env(
         "CooperBench",
         "scope_envs.cooperbench.env:CooperBenchEnv",
         "CooperBench: two coding agents implement one feature each; merged patch, hidden tests",

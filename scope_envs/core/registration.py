@@ -1,7 +1,8 @@
 """The registry of dialogue environments: Gymnasium ids, and what each benchmark declares.
 
 `register_dialogue_env` registers a `DialogueEnv` under `scope/<Name>-v0` (agent view) and
-`scope/<Name>-User-v0` (user view), and records what generic layers may ask of the benchmark
+`scope/<Name>-User-v0` (user view), or, for a later version registered as `<Name>-vN`, under
+`scope/<Name>-vN` and `scope/<Name>-User-vN`; it records what generic layers may ask of the benchmark
 without naming it: its fast vector rollout (`rollout`, like Gymnasium's `vector_entry_point`), its
 dialogue rules (`reply_rules`) and its own policy spec backends (`policies`). Everything is given
 as `"module:attribute"` strings and imported on first use, so registering costs no import.
@@ -11,6 +12,7 @@ as `"module:attribute"` strings and imported on first use, so registering costs 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -22,6 +24,12 @@ from scope_envs.core.rules import ReplyRule
 from scope_envs.core.specs import import_object, register_policy_backend
 
 NAMESPACE = "scope"
+_VERSIONED = re.compile(r"(?P<base>.+?)(?P<user>-User)?-v(?P<version>[0-9]+)")
+
+
+def _base_and_version(name: str) -> tuple[str, int]:
+    match = _VERSIONED.fullmatch(name)
+    return (match["base"], int(match["version"])) if match and not match["user"] else (name, 0)
 
 
 @dataclass(frozen=True)
@@ -36,11 +44,13 @@ class DialogueEnvInfo:
 
     @property
     def agent_id(self) -> str:
-        return f"{NAMESPACE}/{self.name}-v0"
+        base, version = _base_and_version(self.name)
+        return f"{NAMESPACE}/{base}-v{version}"
 
     @property
     def user_id(self) -> str:
-        return f"{NAMESPACE}/{self.name}-User-v0"
+        base, version = _base_and_version(self.name)
+        return f"{NAMESPACE}/{base}-User-v{version}"
 
     def env_class(self) -> type:
         return import_object(self.entry_point)
@@ -104,11 +114,14 @@ def register_dialogue_env(
 
 
 def find_env(name: str) -> DialogueEnvInfo:
-    """A registered env by name (`Name`) or Gymnasium id (`scope/Name-v0`, `scope/Name-User-v0`,
-    `scope_envs:scope/Name-v0`)."""
+    """A registered env by name (`Name`, `Name-v1`) or Gymnasium id (`scope/Name-v0`,
+    `scope/Name-User-v0`, `scope_envs:scope/Name-v1`)."""
     if not isinstance(name, str):
         raise TypeError(f"an environment is named by a string, got {type(name).__name__}")
-    bare = name.rpartition(":")[2].removeprefix(f"{NAMESPACE}/").removesuffix("-v0").removesuffix("-User")
+    bare = name.rpartition(":")[2].removeprefix(f"{NAMESPACE}/")
+    match = _VERSIONED.fullmatch(bare)
+    if match:
+        bare = match["base"] if match["version"] == "0" else f"{match['base']}-v{match['version']}"
     if bare not in REGISTERED:
         known = ", ".join(REGISTERED) or "none"
         raise ValueError(f"unknown environment {name!r}; registered: {known} (`scope envs` lists them)")

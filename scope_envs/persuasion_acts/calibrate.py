@@ -27,6 +27,7 @@ import csv
 import hashlib
 import json
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -127,8 +128,22 @@ def read_personas(full_info: Path) -> tuple[dict[str, np.ndarray], np.ndarray]:
     return {r["B2"]: z[i] for i, r in enumerate(rows)}, np.corrcoef(z[complete].T)
 
 
-def read_events(data: Path, personas: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`(features, reply, mask)` for every persuader act answered by the persuadee."""
+@dataclass(frozen=True)
+class Event:
+    """One persuader act answered by the persuadee, with the state of the dialogue before it."""
+
+    act: int
+    repeats: int  # earlier uses of the same act
+    positive: int
+    negative: int
+    exchange: int
+    requests: int  # earlier propositions and amount requests
+    reply: int
+
+
+def read_dialogues(data: Path) -> dict[str, list[Event]]:
+    """Every annotated dialogue's events in order, read up to the first amount stated (where the
+    testbed's episode ends), by dialogue id."""
     amounts = {}
     for row in read_xlsx(data / "300_info.xlsx"):
         if row["B4"] == 1 and row["B6"] is not None and 0 <= float(row["B6"]) <= 2:  # type: ignore[arg-type]
@@ -139,11 +154,11 @@ def read_events(data: Path, personas: dict[str, np.ndarray]) -> tuple[np.ndarray
         columns = ("er_label_1", "er_label_2") if role == 0 else ("ee_label_1", "ee_label_2")
         labels = [str(row[c]).strip().lower() for c in columns if row[c] is not None and str(row[c]) != "nan"]
         turns[str(row["B2"])][(turn, role)].extend(labels)
-    events: list[tuple[np.ndarray, int]] = []
+    dialogues: dict[str, list[Event]] = {}
     for dialogue, labelled in sorted(turns.items()):
-        persona = personas.get(dialogue, np.zeros(len(PERSONA_TRAITS)))
         counts = np.zeros(len(PERSUADER_ACTS), int)
-        positive = negative = exchange = 0
+        positive = negative = exchange = requests = 0
+        events = dialogues[dialogue] = []
         for turn in sorted({t for t, _ in labelled}):
             act = persuader_act(labelled.get((turn, 0), []))
             if (turn, 1) not in labelled:
@@ -153,18 +168,29 @@ def read_events(data: Path, personas: dict[str, np.ndarray]) -> tuple[np.ndarray
                 reply = persuadee_act(reply_labels, amounts.get(dialogue), False)
             else:
                 reply = persuadee_act(reply_labels, amounts.get(dialogue), act in REQUESTS)
-                features = user_features(
-                    np.array([act]), counts[[act]], [positive], [negative], [exchange], persona[None]
-                )[0]
-                events.append((features, reply))
+                events.append(Event(act, int(counts[act]), positive, negative, exchange, requests, reply))
                 counts[act] += 1
                 exchange += 1
+                requests += act in REQUESTS
             up, down = count_reactions(np.array([reply]))
             positive, negative = positive + int(up[0]), negative + int(down[0])
             if reply >= FIRST_AMOUNT:
                 break
-    features = np.array([f for f, _ in events])
-    reply = np.array([r for _, r in events])
+    return dialogues
+
+
+def read_events(data: Path, personas: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`(features, reply, mask)` for every persuader act answered by the persuadee."""
+    rows = []
+    for dialogue, events in read_dialogues(data).items():
+        persona = personas.get(dialogue, np.zeros(len(PERSONA_TRAITS)))
+        for e in events:
+            features = user_features(
+                np.array([e.act]), np.array([e.repeats]), [e.positive], [e.negative], [e.exchange], persona[None]
+            )[0]
+            rows.append((features, e.reply))
+    features = np.array([f for f, _ in rows])
+    reply = np.array([r for _, r in rows])
     acts = features[:, : len(PERSUADER_ACTS)].argmax(axis=1)
     return features, reply, reply_mask(acts)
 

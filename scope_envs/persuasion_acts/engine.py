@@ -5,13 +5,17 @@ around it, and the trainer's rollouts step thousands of episodes at once. An exc
 persuader's act and, unless it closed the conversation, the persuadee's reply. An episode ends
 (terminated) when the persuadee states an amount or the persuader closes, and is truncated after
 `exchanges` exchanges. The persuader's reward is the stated amount / $2, as in the text env.
+Version 1's `Rules` add what the corpus shows a refusal does: a refused request ends the episode,
+and a persuadee answers at most `max_requests` requests (one more ends it).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from scope_envs.persuasion_acts.acts import AMOUNTS, CLOSING, FIRST_AMOUNT
+from scope_envs.persuasion_acts.acts import AMOUNTS, CLOSING, DISAGREE, FIRST_AMOUNT, REQUESTS
 from scope_envs.persuasion_acts.model import (
     AGENT_FEATURES,
     HORIZON,
@@ -22,21 +26,36 @@ from scope_envs.persuasion_acts.model import (
     reply_mask,
     user_features,
 )
+from scope_envs.persuasion_acts.population import user_features_v1
 
 MAX_DONATION = 2.0
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The testbed version's dynamics: its persuadee features and what ends an episode."""
+
+    version: int = 0
+    refusal_ends: bool = False
+    max_requests: int | None = None
+
+
+V0 = Rules()
 
 
 class ActsBatch:
     """`personas`: `[N, N_PERSONA]`. Call `step_agent` and `step_user` alternately on live episodes."""
 
-    def __init__(self, personas: np.ndarray, exchanges: int = HORIZON) -> None:
+    def __init__(self, personas: np.ndarray, exchanges: int = HORIZON, rules: Rules = V0) -> None:
         if exchanges < 1:
             raise ValueError("exchanges must be at least 1")
         self.personas = np.asarray(personas, float)
         self.exchanges = exchanges
+        self.rules = rules
         n = len(self.personas)
         self.exchange = np.zeros(n, int)  # completed persuader acts
         self.used = np.zeros((n, N_PERSUADER), int)
+        self.requests = np.zeros(n, int)
         self.last_agent = np.full(n, -1)
         self.last_user = np.full(n, -1)
         self.positive = np.zeros(n, int)
@@ -52,7 +71,7 @@ class ActsBatch:
 
     def restart(self, index: np.ndarray, personas: np.ndarray) -> None:
         """Starts new episodes in rows `index`, with these personas (a vector env's reset of finished rows)."""
-        fresh = ActsBatch(personas, self.exchanges)
+        fresh = ActsBatch(personas, self.exchanges, self.rules)
         for name, column in vars(fresh).items():
             if isinstance(column, np.ndarray):
                 getattr(self, name)[index] = column
@@ -80,8 +99,11 @@ class ActsBatch:
         act = np.maximum(self.last_agent[rows], 0)
         repeats = np.maximum(self.used[rows, act] - 1, 0)  # the act just heard is already counted
         heard_at = np.maximum(self.exchange[rows] - 1, 0)  # the exchange the act was made in
-        features = user_features(act, repeats, self.positive[rows], self.negative[rows], heard_at, self.personas[rows])
-        return features, reply_mask(act)
+        state = (act, repeats, self.positive[rows], self.negative[rows], heard_at)
+        if self.rules.version == 0:
+            return user_features(*state, self.personas[rows]), reply_mask(act)
+        requests_before = self.requests[rows] - np.isin(act, REQUESTS)
+        return user_features_v1(*state, requests_before, self.personas[rows]), reply_mask(act)
 
     # ---- dynamics -------------------------------------------------------------------------------
 
@@ -94,9 +116,14 @@ class ActsBatch:
         self.last_agent[index] = acts
         self.used[index, acts] += 1
         self.exchange[index] += 1
+        self.requests[index] += np.isin(acts, REQUESTS)
         closing = acts == CLOSING
         self._end(index[closing], "persuader_closed")
-        self.awaiting_user[index[~closing]] = True
+        over_limit = np.zeros(len(index), bool)
+        if self.rules.max_requests is not None:
+            over_limit = ~closing & (self.requests[index] > self.rules.max_requests)
+            self._end(index[over_limit], "request_limit")
+        self.awaiting_user[index[~closing & ~over_limit]] = True
 
     def step_user(self, index: np.ndarray, replies: np.ndarray) -> None:
         index, replies = np.asarray(index), np.asarray(replies)
@@ -114,7 +141,9 @@ class ActsBatch:
         self.donation[index[amount]] = np.asarray(AMOUNTS)[replies[amount] - FIRST_AMOUNT]
         self.stated[index[amount]] = True
         self._end(index[amount], "donation")
-        out_of_time = index[~amount & (self.exchange[index] >= self.exchanges)]
+        refused = (replies == DISAGREE) & self.rules.refusal_ends
+        self._end(index[refused], "refused")
+        out_of_time = index[~amount & ~refused & (self.exchange[index] >= self.exchanges)]
         self._end(out_of_time, "max_turns")
 
     def _end(self, index: np.ndarray, reason: str) -> None:

@@ -10,6 +10,9 @@ PettingZoo env; the Gymnasium views default to `features`). `action_mask=True` a
 acts to the observation; `info["action_mask"]` always holds them (all zeros for the side that is
 not to speak). `info="lean"` keeps only numeric entries in the infos, for array-based MARL
 libraries. The dynamics are `ActsBatch`'s, for a batch of one.
+
+`version=1` (`scope/PersuasionActs-v1`) is the corpus-fitted population of latent persuadee types
+with its refusal rules (`scope_envs.persuasion_acts.population`); version 0 stays for old results.
 """
 
 from __future__ import annotations
@@ -37,32 +40,47 @@ from scope_envs.core.dialogue import (
 )
 from scope_envs.core.render import render_view
 from scope_envs.persuasion_acts.acts import PERSUADEE_ACTS, PERSUADER_ACTS, act_text, parse_act
-from scope_envs.persuasion_acts.engine import ActsBatch
+from scope_envs.persuasion_acts.engine import V0, ActsBatch, Rules
 from scope_envs.persuasion_acts.model import (
     AGENT_FEATURES,
     HORIZON,
+    N_PERSONA,
     PERSONA_TRAITS,
     USER_FEATURES,
     load_reference,
 )
+from scope_envs.persuasion_acts.population import USER_FEATURES_V1, load_population
 from scope_envs.persuasion_acts.spaces import assemble, check_options, observation_space
 
 PERSONAS_PER_SPLIT = {"train": 1000, "test": 200}
 ACTS = {AGENT: PERSUADER_ACTS, USER: PERSUADEE_ACTS}
+VERSIONS = (0, 1)
 _PERSONA_LINE = re.compile(r"^Persona \(Big Five, z-scores\): (.*)$", re.MULTILINE)
+_TEMPERAMENT_LINE = re.compile(r"^Temperament \(quantile\): ([0-9.]+)$", re.MULTILINE)
+
+
+def rules_of(version: int) -> Rules:
+    if version not in VERSIONS:
+        raise ValueError(f"PersuasionActs version must be one of {VERSIONS}, got {version!r}")
+    if version == 0:
+        return V0
+    return Rules(version=1, refusal_ends=True, max_requests=load_population().max_requests)
 
 
 def persona_line(persona: np.ndarray) -> str:
-    return "Persona (Big Five, z-scores): " + ", ".join(
+    line = "Persona (Big Five, z-scores): " + ", ".join(
         f"{trait} {value:+.3f}" for trait, value in zip(PERSONA_TRAITS, persona)
     )
+    return line + (f"\nTemperament (quantile): {persona[N_PERSONA]:.3f}" if len(persona) > N_PERSONA else "")
 
 
 def parse_persona(system_prompt: str) -> np.ndarray:
     match = _PERSONA_LINE.search(system_prompt)
     if match is None:
         raise ValueError("the persuadee's system prompt has no persona line")
-    return np.array([float(item.rsplit(" ", 1)[1]) for item in match.group(1).split(", ")])
+    traits = [float(item.rsplit(" ", 1)[1]) for item in match.group(1).split(", ")]
+    temperament = _TEMPERAMENT_LINE.search(system_prompt)
+    return np.array(traits + ([float(temperament.group(1))] if temperament else []))
 
 
 def persuader_prompt(exchanges: int) -> str:
@@ -82,11 +100,14 @@ def persuadee_prompt(persona: np.ndarray) -> str:
     )
 
 
-def replay(view: list[Message], side: str, exchanges: int = 10**9) -> ActsBatch:
+def replay(view: list[Message], side: str, exchanges: int = 10**9, rules: Rules = V0) -> ActsBatch:
     """The state of an episode rebuilt from one side's view (its own turns are `assistant`); the
     features do not depend on the episode's length limit, so by default there is none."""
-    persona = parse_persona(view[0].text) if side == USER else np.zeros(len(PERSONA_TRAITS))
-    batch = ActsBatch(persona[None], exchanges)
+    width = N_PERSONA + (rules.version > 0)
+    persona = parse_persona(view[0].text) if side == USER else np.zeros(width)
+    if len(persona) != width:
+        raise ValueError(f"the persuadee's system prompt is not one of version {rules.version}")
+    batch = ActsBatch(persona[None], exchanges, rules)
     for message in view[1:]:
         agent_turn = (message.role == "assistant") == (side == AGENT)
         act = parse_act(ACTS[AGENT if agent_turn else USER], message.text)
@@ -113,9 +134,11 @@ class PersuasionActsEnv(DialogueEnv):
         obs: str = "both",
         action_mask: bool = False,
         info: str = "full",
+        version: int = 0,
         **kwargs: Any,
     ) -> None:
         check_options(obs, info)
+        self.rules = rules_of(version)
         if user_reward not in USER_REWARDS:
             raise ValueError(f"user_reward must be one of {USER_REWARDS}, got {user_reward!r}")
         if exchanges < 1:
@@ -126,14 +149,16 @@ class PersuasionActsEnv(DialogueEnv):
         self.exchanges = exchanges
         self.user_reward = user_reward
         self.obs, self.mask_in_obs, self.info_mode = obs, bool(action_mask), info
-        self.reference = load_reference()
+        self.version = version
+        self.metadata = {**self.metadata, "name": f"persuasion_acts_v{version}"}
+        self.reference = load_reference() if version == 0 else load_population()
         self.personas = {split: self.reference.personas(split, n) for split, n in PERSONAS_PER_SPLIT.items()}
-        width = {AGENT: len(AGENT_FEATURES), USER: len(USER_FEATURES)}
+        width = {AGENT: len(AGENT_FEATURES), USER: len(USER_FEATURES if version == 0 else USER_FEATURES_V1)}
         self.observation_spaces = {
             side: observation_space(width[side], len(ACTS[side]), obs, self.mask_in_obs) for side in (AGENT, USER)
         }
         self.action_spaces = {side: spaces.Discrete(len(ACTS[side])) for side in (AGENT, USER)}
-        self.batch = ActsBatch(np.zeros((1, len(PERSONA_TRAITS))), exchanges)
+        self.batch = ActsBatch(np.zeros((1, self.personas["train"].shape[1])), exchanges, self.rules)
 
     def task_ids(self, split: str = "train") -> list[str]:
         return [f"{split}-{i:05d}" for i in range(PERSONAS_PER_SPLIT[split])]
@@ -153,7 +178,7 @@ class PersuasionActsEnv(DialogueEnv):
                 raise ValueError(f"split must be 'train' or 'test', got {split!r}")
             task_id = f"{split}-{int(rng.integers(PERSONAS_PER_SPLIT[split])):05d}"
         persona = self.persona(task_id)
-        self.batch = ActsBatch(persona[None], self.exchanges)
+        self.batch = ActsBatch(persona[None], self.exchanges, self.rules)
         return Scenario(
             scenario_id=task_id,
             system_prompts={AGENT: persuader_prompt(self.exchanges), USER: persuadee_prompt(persona)},

@@ -34,7 +34,7 @@ def collect(
     scenarios = [scenario for scenario in scenarios_of(env, groups, split) for _ in range(group_size)]
     env.close()
     group_of = np.repeat(np.arange(len(groups)), group_size)
-    batch = ActsBatch(np.array([env.persona(s) for s in scenarios]), env.exchanges)
+    batch = ActsBatch(np.array([env.persona(s) for s in scenarios]), env.exchanges, env.rules)
     rng = np.random.default_rng([*key, 0xAC7])
     trace: dict[str, list[list[tuple[np.ndarray, np.ndarray, int, float]]]] = {
         side: [[] for _ in scenarios] for side in SIDES

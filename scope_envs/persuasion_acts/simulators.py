@@ -61,23 +61,30 @@ class ActFamily(ScriptedSimulator):
     def act(self, features: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Replies for a batch and their log-probabilities: under `p_ref ** gamma` for plain
         sampling; with Verbalized Sampling, of the final draw given the listed candidates."""
-        log_ref = self.log_reference(features, mask)
-        sharpened = log_softmax(self.gamma * log_ref, mask)
-        if self.k is None:
-            return sample_rows(sharpened, rng)
-        # Gumbel top-k: k distinct candidates drawn without replacement from p_ref ** gamma ...
-        keys = np.where(mask, sharpened + gumbel(rng, sharpened.shape), -np.inf)
-        candidates = np.argsort(-keys, axis=1)[:, : self.k]
-        listed = np.zeros_like(mask)
-        np.put_along_axis(listed, candidates, True, axis=1)
-        listed &= mask
-        # ... then one drawn in proportion to the reference probabilities verbalized for them.
-        return sample_rows(log_softmax(log_ref, listed), rng)
+        return draw_reply(self.log_reference(features, mask), mask, self.gamma, self.k, rng)
 
     def reply(self, messages: list[Message], tools: list[dict[str, Any]], rng: np.random.Generator) -> str:
         batch = replay(messages, "user")
         features, mask = batch.user_features()
         return act_text(PERSUADEE_ACTS, int(self.act(features, mask, rng)[0][0]))
+
+
+def draw_reply(
+    log_ref: np.ndarray, mask: np.ndarray, gamma: float, k: int | None, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """A simulator's replies and their log-probabilities, given its reference `log_ref`: plain
+    sampling draws from `p_ref ** gamma`; Verbalized Sampling (`k`) lists `k` distinct candidates
+    drawn without replacement from `p_ref ** gamma` (Gumbel top-k) and draws one of them in
+    proportion to the reference probabilities it verbalizes for them."""
+    sharpened = log_softmax(gamma * log_ref, mask)
+    if k is None:
+        return sample_rows(sharpened, rng)
+    keys = np.where(mask, sharpened + gumbel(rng, sharpened.shape), -np.inf)
+    candidates = np.argsort(-keys, axis=1)[:, :k]
+    listed = np.zeros_like(mask)
+    np.put_along_axis(listed, candidates, True, axis=1)
+    listed &= mask
+    return sample_rows(log_softmax(log_ref, listed), rng)
 
 
 class ScriptedPersuader(ScriptedSimulator):
@@ -106,18 +113,24 @@ class ScriptedPersuader(ScriptedSimulator):
         return acts, np.where(strategy, -np.log(len(STRATEGIES)), 0.0)
 
 
-def make_family(spec: str, **kwargs: Any) -> ActFamily:
-    """`"3"`, `"3@2.5"`, `"3@2.5/vs5"`, `"3/spread0.5"`: family, gamma, Verbalized Sampling's k, spread."""
+def parse_family_spec(spec: str, **kwargs: Any) -> tuple[str, float, dict[str, Any]]:
+    """`"3@2.5/vs5/spread0.5"` -> `("3", 2.5, {"k": 5, "spread": 0.5})`: family, gamma, options."""
     head, *options = spec.split("/")
     family, _, gamma = head.partition("@")
+    for option in options:
+        if option.startswith("vs"):
+            kwargs["k"] = int(option[2:])
+        elif option.startswith("spread"):
+            kwargs["spread"] = float(option[6:])
+        else:
+            raise ValueError(f"unknown option {option!r}")
+    return family, float(gamma) if gamma else 1.0, kwargs
+
+
+def make_family(spec: str, **kwargs: Any) -> ActFamily:
+    """`"3"`, `"3@2.5"`, `"3@2.5/vs5"`, `"3/spread0.5"`: family, gamma, Verbalized Sampling's k, spread."""
     try:
-        for option in options:
-            if option.startswith("vs"):
-                kwargs["k"] = int(option[2:])
-            elif option.startswith("spread"):
-                kwargs["spread"] = float(option[6:])
-            else:
-                raise ValueError(f"unknown option {option!r}")
-        return ActFamily(int(family), float(gamma) if gamma else 1.0, **kwargs)
+        family, gamma, options = parse_family_spec(spec, **kwargs)
+        return ActFamily(int(family), gamma, **options)
     except ValueError as error:
         raise ValueError(f"bad family spec {spec!r}: use family:ID[@GAMMA][/vsK][/spreadS] ({error})") from error

@@ -65,7 +65,9 @@ class PersuasionActsVectorEnv(VectorEnv):
         self.single_action_space = self.template.action_space(AGENT)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
-        self.batch = ActsBatch(np.zeros((num_envs, self.template.personas["train"].shape[1])), self.template.exchanges)
+        self.batch = ActsBatch(
+            np.zeros((num_envs, self.template.personas["train"].shape[1])), self.template.exchanges, self.template.rules
+        )
         self._autoreset = np.zeros(num_envs, bool)
 
     def reset(
