@@ -331,8 +331,10 @@ def write_results(out: Path, docs: Path) -> Path:
 # ---- the record and its verification -------------------------------------------------------------
 
 
-def write_record(out: Path, path: Path) -> int:
-    """One line per finished run: its cell, arm, seed, trainer config, outcomes and provenance."""
+def write_record(out: Path, path: Path, target: str | None = None) -> int:
+    """One line per finished run: its cell, arm, seed, trainer config, outcomes and provenance
+    (`target`: the held-out target, the first of the config's evaluation simulators)."""
+    target = target if target is not None else DemoSettings().target
     lines = []
     for final in sorted(out.glob(f"*/runs/*/{FINAL}")):
         arm, seed = final.parent.name.rsplit("-seed", 1)
@@ -346,6 +348,7 @@ def write_record(out: Path, path: Path) -> int:
                     "arm": arm,
                     "seed": int(seed),
                     "config": config,
+                    "target": target,
                     "outcome": outcome,
                     "provenance": result["provenance"],
                 },
@@ -359,27 +362,70 @@ def write_record(out: Path, path: Path) -> int:
     return len(lines)
 
 
-def verify(record: Path, sample: int, *, seed: int = 0, base: DemoSettings | None = None) -> list[str]:
-    """Reruns `sample` recorded runs (drawn with `seed`) and lists every outcome that differs."""
+def rerun(config: dict[str, Any], target: str | None) -> dict[str, Any]:
+    """One recorded run again, here, in a scratch folder: its outcomes."""
     import tempfile
 
-    base = base or DemoSettings()
+    with tempfile.TemporaryDirectory() as scratch:
+        config = {**config, "output_dir": str(Path(scratch) / "run")}
+        result = _run(config, max(config["steps"] // 10, 1), target, provenance())
+    return {k: v for k, v in result.items() if k not in ("seconds", "provenance")}
+
+
+# What a child process runs at the recorded commit: only `baselines.demo`'s training and outcome
+# functions, which every commit of the v1 study has.
+_RERUN = """
+import json, sys
+from baselines.demo import _train, final_values
+config, target = json.loads(sys.stdin.read())
+print(json.dumps(final_values(_train(config), max(config["steps"] // 10, 1), target)))
+"""
+
+
+def rerun_at(commit: str, config: dict[str, Any], target: str | None) -> dict[str, Any]:
+    """`rerun` with the code of `commit`: a temporary git worktree of it, in a child process."""
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = Path(scratch) / "tree"
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), commit], cwd=root, check=True)
+        try:
+            config = {**config, "output_dir": str(Path(scratch) / "run")}
+            done = subprocess.run(
+                [sys.executable, "-c", _RERUN],
+                input=json.dumps([config, target]),
+                capture_output=True,
+                text=True,
+                cwd=tree,
+                env={**os.environ, "PYTHONPATH": str(tree)},
+                check=False,
+            )
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=root, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"rerunning at {commit} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def verify(record: Path, sample: int, *, seed: int = 0, here: bool = False) -> list[str]:
+    """Reruns `sample` recorded runs (drawn with `seed`) with the code of the commit each names
+    (`here`: with this checkout's code) and lists every outcome that differs."""
     runs = [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
     chosen = np.random.default_rng(seed).choice(len(runs), size=min(sample, len(runs)), replace=False)
     differences = []
-    current = provenance()
-    with tempfile.TemporaryDirectory() as scratch:
-        for index in sorted(chosen):
-            run = runs[index]
-            config = {**run["config"], "output_dir": str(Path(scratch) / f"run{index}")}
-            target = DemoSettings(study=base.study).target
-            rerun = _run(config, max(config["steps"] // 10, 1), target, current)
-            for key, recorded in run["outcome"].items():
-                if rerun[key] != recorded:
-                    differences.append(
-                        f"{run['cell']} {run['arm']} seed {run['seed']}: {key} {rerun[key]!r} != recorded {recorded!r}"
-                    )
-            print(f"verified {run['cell']} {run['arm']} seed {run['seed']}", flush=True)
+    for index in sorted(chosen):
+        run = runs[index]
+        target = run.get("target")
+        commit = run["provenance"]["commit"]
+        again = rerun(run["config"], target) if here else rerun_at(commit, run["config"], target)
+        for key, recorded in run["outcome"].items():
+            if again.get(key) != recorded:
+                differences.append(
+                    f"{run['cell']} {run['arm']} seed {run['seed']}: {key} {again.get(key)!r} != recorded {recorded!r}"
+                )
+        where = "this checkout" if here else f"commit {commit[:10]}"
+        print(f"reran {run['cell']} {run['arm']} seed {run['seed']} at {where}", flush=True)
     return differences
 
 
@@ -390,10 +436,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", default="docs/study/v1", help="analyze: results go here; verify: its runs.jsonl")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--sample", type=int, default=5, help="verify: recorded runs to rerun")
+    parser.add_argument(
+        "--here", action="store_true", help="verify with this checkout's code, not the recorded commit's"
+    )
     args = parser.parse_args(argv)
     out, docs, base = Path(args.out), Path(args.docs), DemoSettings()
     if args.action == "verify":
-        differences = verify(docs / "runs.jsonl", args.sample)
+        differences = verify(docs / "runs.jsonl", args.sample, here=args.here)
         for line in differences:
             print(f"DIFFERS: {line}")
         print(f"{args.sample} recorded runs rerun: {'all identical' if not differences else 'differences found'}")

@@ -162,13 +162,17 @@ def test_a_shortened_demo_writes_the_report_and_plots(tmp_path):
     )
     report = run_demo(settings, progress=False)
     text = report.read_text()
-    for label in ("single simulator", "Verbalized Sampling", "Co-Training", "Population Co-Training", "held-out"):
+    labels = ("single simulator", "Verbalized Sampling", "Population Co-Training", "trained on the held-out target")
+    for label in labels:
         assert f"| {label}" in text
     assert (tmp_path / "curves.png").is_file() and "![curves](curves.png)" in text
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert set(summary) == {"single", "vs", "cotrain", "population", "heldout"}
+    assert set(summary["summary"]) == {"single", "heldout", "vs", "population"}
+    assert "## Positive control" in text and summary["positive_control"]["mde"] > 0
+    if not summary["positive_control"]["holds"]:  # two seeds of four steps: no remedy result may be called
+        assert "no remedy result is called" in text and "| remedy |" not in text
     trained = [p.name for p in (tmp_path / "runs").iterdir() if not p.name.startswith("untrained")]
-    assert len(trained) == 10 and "| untrained (uniform over acts) |" in text
+    assert len(trained) == 8 and "| untrained (uniform over acts) |" in text
 
 
 def test_demo_help_lists_the_knobs(capsys):
@@ -219,3 +223,27 @@ def test_a_fresh_run_into_an_old_output_dir_equals_one_into_a_new_dir(tmp_path):
     fresh = run(tmp_path / "fresh")
     run(tmp_path / "reused")
     assert run(tmp_path / "reused") == fresh
+
+
+def test_the_report_calls_remedies_only_where_the_positive_control_holds():
+    from baselines.demo import control_lines, positive_control, remedy_effects
+
+    def finals(values):
+        return [{"heldout_success": v} for v in values]
+
+    base = [0.40, 0.42, 0.38, 0.41, 0.39]
+    clear = {
+        "single": finals(base),
+        "heldout": finals([v + 0.2 + 0.002 * i for i, v in enumerate(base)]),
+        "vs": finals([v + 0.1 + 0.003 * i for i, v in enumerate(base)]),
+    }
+    control = positive_control(clear)
+    assert control.holds and control.gap.difference == pytest.approx(0.204)
+    text = "\n".join(control_lines(control, remedy_effects(clear)))
+    assert "| Verbalized Sampling |" in text and "+52%" in text, "the share of G the remedy recovers"
+    faint = {**clear, "heldout": finals([v + (0.01 if i % 2 else -0.008) for i, v in enumerate(base)])}
+    control = positive_control(faint)
+    assert not control.holds
+    text = "\n".join(control_lines(control, remedy_effects(faint)))
+    assert "does not hold" in text and "| Verbalized Sampling |" not in text
+    assert "no remedy result is called" in "\n".join(control_lines(None, {}))
