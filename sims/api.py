@@ -214,18 +214,32 @@ class APISimulator(Simulator):
         if isinstance(error, (sdk.APITimeoutError, sdk.APIConnectionError)):
             return RetryableError(f"{type(error).__name__}: the request timed out or could not connect")
         if isinstance(error, sdk.APIStatusError):
-            return self._status_error(backend, error.status_code, error)
+            return self._status_error(backend, error.status_code, error, error.response.headers)
         malformed = (sdk.APIResponseValidationError, json.JSONDecodeError, ValueError, TypeError, AttributeError)
         if isinstance(error, malformed):
             return RetryableError(f"malformed response ({type(error).__name__})")
         return SimulatorError(f"{backend}: unexpected {type(error).__name__}: {self._redact(str(error))}")
 
-    def _status_error(self, backend: str, status: int, error: Any) -> Exception:
+    def _classify_http_error(self, backend: str, error: Exception) -> Exception:
+        """The same for an exception of the lean client (`sims.json_http`) and aiohttp beneath it."""
+        import aiohttp
+
+        from sims.json_http import HTTPStatusError
+
+        if isinstance(error, HTTPStatusError):
+            return self._status_error(backend, error.status_code, error, error.headers)
+        if isinstance(error, (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError)):
+            return RetryableError(f"{type(error).__name__}: the request timed out or could not connect")
+        if isinstance(error, (ValueError, TypeError, KeyError, AttributeError)):  # not JSON, or not the expected shape
+            return RetryableError(f"malformed response ({type(error).__name__})")
+        return SimulatorError(f"{backend}: unexpected {type(error).__name__}: {self._redact(str(error))}")
+
+    def _status_error(self, backend: str, status: int, error: Any, headers: Any) -> Exception:
         """An HTTP error status as what it means for the run: worth a retry, fatal (the key or the
         configuration is wrong, so every request will fail), or the failure of this one request."""
         detail = self._redact(str(error))
         if status in RETRYABLE_STATUS or status >= 500:
-            return RetryableError(f"HTTP {status} from the server", retry_after_seconds(error.response.headers))
+            return RetryableError(f"HTTP {status} from the server", retry_after_seconds(headers))
         if status in AUTHENTICATION_STATUS:
             return FatalPolicyError(
                 f"{backend}: HTTP {status}: the API key was rejected, may not use model {self.model!r}, or has "

@@ -20,8 +20,9 @@ the base class only saves writing the other forms.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -205,3 +206,16 @@ def reply_or_error(policy: Any, messages: Any, tools: Any, seed: int | None) -> 
         return policy.respond(messages, tools or None, seed=seed)
     except PolicyError as error:
         return error
+
+
+def has_native_async(policy: Any) -> bool:
+    """True when `policy.arespond` is its own coroutine (an API client), not `Simulator`'s
+    default of running `respond` in a thread."""
+    arespond = getattr(type(policy), "arespond", None)
+    return inspect.iscoroutinefunction(arespond) and arespond is not Simulator.arespond
+
+
+def any_native_async(policies: Iterable[Any]) -> bool:
+    """True when any of `policies` answers asynchronously: the rule by which episodes are played
+    per episode (`scope_envs.core.async_rollout`) rather than in lockstep when the caller lets it choose."""
+    return any(has_native_async(policy) for policy in policies)
