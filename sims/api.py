@@ -144,6 +144,12 @@ class APISimulator(Simulator):
         options = self._structured_options(schema, name)
         return self._submit(lambda: self._respond(messages, None, seed, options)).result()
 
+    def run_on_loop(self, make: Callable[[], Awaitable[Any]]) -> Any:
+        """Runs the coroutine `make()` to completion on this simulator's own event loop, from
+        synchronous code. A rollout run there awaits this simulator's requests without handing
+        each one to another thread and back (`scope_envs.core.policy.run_beside`)."""
+        return self._background.run(make)
+
     def close(self) -> None:
         client, self._client = self._client, None
         self._background.close(client.close if client is not None and hasattr(client, "close") else None)

@@ -6,12 +6,14 @@ where it is installed. It costs a fraction of an official SDK's client CPU per r
 (docs/scaling.md), which is what bounds an API-bound rollout on few cores. (httpx, under the
 SDKs, scans its whole connection pool on every request: at 64 connections that alone costs
 several milliseconds a request.) It retries nothing: `sims.api` owns retries, what errors mean
-and key scrubbing, the same for this client and the SDKs. Proxies come from the environment
-(`$HTTPS_PROXY`, ...), as with the SDKs.
+and key scrubbing, the same for this client and the SDKs. A proxy comes from the environment
+(`$HTTPS_PROXY`, `$NO_PROXY`, ...) as with the SDKs, read once rather than at every request.
 """
 
 from __future__ import annotations
 
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,6 +55,7 @@ class JSONClient:
         self._timeout = timeout
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None  # made on the loop of the first request
+        self._proxy = environment_proxy(self.base_url)
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -60,7 +63,6 @@ class JSONClient:
                 headers=self._headers,
                 connector=aiohttp.TCPConnector(limit=self._connections),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._timeout, sock_read=self._timeout),
-                trust_env=True,
             )
         return self._session
 
@@ -68,7 +70,7 @@ class JSONClient:
         """The decoded JSON reply; `HTTPStatusError` for an error status, `ValueError` for a body
         that is not JSON, aiohttp's own errors (`aiohttp.ClientError`, `TimeoutError`) for
         timeouts and connection failures."""
-        async with self._open().post(self.base_url + path.lstrip("/"), data=dumps(body)) as response:
+        async with self._open().post(self.base_url + path.lstrip("/"), data=dumps(body), proxy=self._proxy) as response:
             content = await response.read()
             if response.status >= 400:
                 raise HTTPStatusError(response.status, response.headers, content)
@@ -77,3 +79,12 @@ class JSONClient:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+def environment_proxy(url: str) -> str | None:
+    """The proxy the environment names for `url` (`$HTTPS_PROXY` / `$HTTP_PROXY`, unless `$NO_PROXY`
+    exempts its host), as httpx and requests read it."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.hostname and urllib.request.proxy_bypass_environment(parsed.hostname):
+        return None
+    return urllib.request.getproxies_environment().get(parsed.scheme)

@@ -8,6 +8,7 @@ its own asyncio task on one `DialogueBatch`:
   concurrency limit per backend, with their own timeouts and retries) is awaited per request, at
   most `in_flight` requests at a time per player (by default its own `concurrency`, else
   `DEFAULT_IN_FLIGHT`);
+* an `instant` player (rule-based: scripted players) is called right on the event loop;
 * a player that keeps trajectories (`TracedPolicy`, a model being trained) and any other player
   are answered through a `Coalescer`: the requests waiting on it are gathered into one batched call
   (`generate`, or `respond_all`) on a worker thread, and the requests that arrive during that
@@ -29,7 +30,7 @@ from typing import Any
 from scope_envs.core.batch import DialogueBatch, Pending, TracedPolicy, respond_all
 from scope_envs.core.coalesce import Coalescer
 from scope_envs.core.dialogue import DialogueEnv
-from scope_envs.core.policy import PolicyError, has_native_async, run_sync
+from scope_envs.core.policy import PolicyError, has_native_async, reply_or_error, run_beside
 from scope_envs.core.rollout import Episode, RolloutGroup, play_groups
 
 DEFAULT_IN_FLIGHT = 64  # requests awaited at once from a natively asynchronous player that sets no `concurrency`
@@ -47,7 +48,8 @@ def collect_async(
     """The rollout protocol of `scope_envs.core.rollout`, played per episode (module docstring)."""
 
     def per_episode(batch: DialogueBatch, player_of: Callable[[int, str], Any]) -> None:
-        run_sync(play_async(batch, player_of, before_turn=before_turn))
+        players = [player for group in groups for player in group.players.values()]
+        run_beside(players, lambda: play_async(batch, player_of, before_turn=before_turn))
 
     return play_groups(make_env, groups, group_size=group_size, split=split, play=per_episode)
 
@@ -104,6 +106,8 @@ async def play_episode(
             batch.step(side, {index: reply})
         elif isinstance(answerer, TracedCoalescer):
             batch.record_generated(side, [pending], [await answerer.submit((side, pending))])
+        elif answerer is None:  # instant
+            batch.step(side, {index: reply_or_error(player, pending.messages, pending.tools, pending.seed)})
         else:
             batch.step(side, {index: await answerer.submit(pending)})
 
@@ -114,16 +118,16 @@ class TracedCoalescer(Coalescer[tuple[str, Pending], Any]):
 
 class Answerers:
     """How each player of one rollout is asked: awaited directly under its in-flight bound (a
-    semaphore; natively asynchronous), or through its coalescer. Players are classified once (a
-    protocol `isinstance` is slow)."""
+    semaphore; natively asynchronous), called on the loop (None; `instant` players), or through
+    its coalescer. Players are classified once (a protocol `isinstance` is slow)."""
 
     def __init__(self, batch: DialogueBatch, in_flight: int | None = None) -> None:
         self.batch = batch
         self.in_flight = in_flight
         self._traced_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scope-generate")
-        self._answerers: dict[int, Coalescer[Any, Any] | asyncio.Semaphore] = {}
+        self._answerers: dict[int, Coalescer[Any, Any] | asyncio.Semaphore | None] = {}
 
-    def of(self, player: Any) -> Coalescer[Any, Any] | asyncio.Semaphore:
+    def of(self, player: Any) -> Coalescer[Any, Any] | asyncio.Semaphore | None:
         key = id(player)
         if key not in self._answerers:
             if isinstance(player, TracedPolicy):
@@ -131,6 +135,8 @@ class Answerers:
             elif has_native_async(player):
                 bound = self.in_flight or getattr(player, "concurrency", None) or DEFAULT_IN_FLIGHT
                 self._answerers[key] = asyncio.Semaphore(bound)
+            elif getattr(player, "instant", False):
+                self._answerers[key] = None
             else:
                 self._answerers[key] = self._chat(player)
         return self._answerers[key]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from scope_envs.core.dialogue import SIDES, DialogueEnv, Transition
-from scope_envs.core.policy import ChatPolicy, PolicyError, any_native_async, reply_or_error, run_sync
+from scope_envs.core.policy import ChatPolicy, PolicyError, any_native_async, reply_or_error, run_beside
 from scope_envs.core.seeding import MAX_SEED, derive_seed
 from scope_envs.core.specs import resolve_policy
 
@@ -270,7 +270,10 @@ def run_episodes(
     if rollout == "async" or (rollout == "auto" and any_native_async(resolved.values())):
         from scope_envs.core.async_rollout import play_async  # it builds on this module
 
-        run_sync(play_async(batch, player_of, after_episode=show_progress, in_flight=in_flight))
+        run_beside(
+            resolved.values(),
+            lambda: play_async(batch, player_of, after_episode=show_progress, in_flight=in_flight),
+        )
     else:
         batch.play(player_of, after_round=show_progress)
     if bar is not None:
