@@ -13,9 +13,9 @@ Printed per run: episodes/s and its share of the in-flight ideal, `64 x episodes
 request's latency)`, the throughput of 64 requests always in flight and never waiting on the
 client (the sum is taken from the seeds of the very requests the run makes); the process's CPU
 per request (`time.process_time`: the rollout, the envs, the scripted user and the client), and
-the client's share of it: that CPU less the CPU of the same episodes against an in-process agent
-that only sleeps (no HTTP), per request. Sequential play runs 8 episodes, one `run_episodes` call
-each (its time per episode is what is compared).
+the client's share of it: that CPU less the CPU per request of the same episodes, played the same
+way, against an in-process agent that only sleeps (no HTTP). Sequential play runs 4 episodes, one
+`run_episodes` call each (its time per episode is what is compared).
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from scope_envs.p4g import P4GEnv
 
 EPISODES = 256
 IN_FLIGHT = 64
-SEQUENTIAL_EPISODES = 8
+SEQUENTIAL_EPISODES = 4
 SEED = 0
-REPLY = "Every dollar helps children in need. Would you consider a small donation today?"
+REPLY = "Sure, tell me more."  # what the loopback server says, so that both agents play the same episodes
 
 
 class SleepingAgent(Simulator):
@@ -84,35 +84,49 @@ def agents(server_url: str) -> Iterator[dict[str, Any]]:  # noqa: F811
             "openai:agent", base_url=server_url + "/v1", api_key="sk-local", concurrency=IN_FLIGHT, client=kind
         )
 
-    made = {"http": client("http"), "sdk": client("sdk"), "in-process": SleepingAgent()}
+    made = {"http": client("http"), "sdk": client("sdk")}
     yield made
     made["http"].close()
     made["sdk"].close()
 
 
+@pytest.fixture(scope="module")
+def bare_cpu() -> dict[str, float]:
+    """CPU per request of the same episodes against the in-process agent (no HTTP), per form of play:
+    what the rollout, the envs and the scripted user cost without a client."""
+    measured = {}
+    for rollout, count in (("auto", EPISODES), ("lockstep", EPISODES), ("sequential", SEQUENTIAL_EPISODES)):
+        agent = SleepingAgent()
+        run_all(agent, count, rollout)  # warm-up
+        calls, cpu = agent.calls, time.process_time()
+        run_all(agent, count, rollout)
+        measured[rollout] = (time.process_time() - cpu) / (agent.calls - calls)
+    return measured
+
+
+def run_all(agent: Any, count: int, rollout: str) -> None:
+    played = envs(count)
+    if rollout == "sequential":
+        for env, seed in zip(played, range(SEED, SEED + count), strict=True):
+            run_episodes([env], {"agent": agent, "user": "scripted"}, seeds=seed)
+    else:
+        run_episodes(played, {"agent": agent, "user": "scripted"}, seeds=SEED, rollout=rollout)
+
+
 REPORT: list[str] = []
-CPU_PER_REQUEST: dict[str, float] = {}  # of the last run of each label
 
 
-def play(agent: Any, count: int, rollout: str, ideal: float, label: str) -> Callable[[], int]:
+def play(agent: Any, count: int, rollout: str, ideal: float, bare: float, label: str) -> Callable[[], int]:
     def run() -> int:
-        played = envs(count)
         calls, cpu, started = agent.calls, time.process_time(), time.perf_counter()
-        if rollout == "sequential":
-            for env, seed in zip(played, range(SEED, SEED + count), strict=True):
-                run_episodes([env], {"agent": agent, "user": "scripted"}, seeds=seed)
-        else:
-            run_episodes(played, {"agent": agent, "user": "scripted"}, seeds=SEED, rollout=rollout)
+        run_all(agent, count, rollout)
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu
         requests = agent.calls - calls
-        CPU_PER_REQUEST[label] = cpu / requests
         line = (
             f"{label}: {count / wall:.2f} episodes/s = {count / wall / ideal:.0%} of the in-flight ideal {ideal:.1f}; "
-            f"CPU {1000 * cpu / requests:.2f} ms per request ({requests} requests)"
+            f"CPU {1000 * cpu / requests:.2f} ms per request, of which the client "
+            f"{1000 * (cpu / requests - bare):.2f} ms ({requests} requests)"
         )
-        bare = CPU_PER_REQUEST.get(label.replace("http", "in-process").replace("sdk", "in-process"))
-        if bare is not None and label.split()[0] in {"http", "sdk"}:
-            line += f", of which the client {1000 * (cpu / requests - bare):.2f} ms"
         REPORT.append(line)
         print("\n" + line)
         return count
@@ -120,25 +134,21 @@ def play(agent: Any, count: int, rollout: str, ideal: float, label: str) -> Call
     return run
 
 
-# the in-process runs first: the client's share of the HTTP runs' CPU is measured against them
-@pytest.mark.parametrize("backend", ["in-process", "http"])
 @pytest.mark.parametrize(
     ("anchor", "side"), [("lockstep", "ours"), ("lockstep", "anchor"), ("sequential", "ours"), ("sequential", "anchor")]
 )
-def test_run_episodes(compare, agents, ideal, backend, anchor, side):
-    agent = agents[backend]
-    if side == "ours":
-        run = play(agent, EPISODES, "auto", ideal[EPISODES], f"{backend} run_episodes ({EPISODES} episodes)")
-    elif anchor == "lockstep":
-        run = play(agent, EPISODES, "lockstep", ideal[EPISODES], f"{backend} lockstep ({EPISODES} episodes)")
-    else:
-        label = f"{backend} sequential ({SEQUENTIAL_EPISODES} episodes)"
-        run = play(agent, SEQUENTIAL_EPISODES, "sequential", ideal[SEQUENTIAL_EPISODES], label)
-    compare(f"{backend}: run_episodes vs {anchor}, episodes", side, run, rounds=2)
+def test_run_episodes(compare, agents, ideal, bare_cpu, anchor, side):
+    rollout, count = ("auto", EPISODES) if side == "ours" else (anchor, EPISODES)
+    if side == "anchor" and anchor == "sequential":
+        count = SEQUENTIAL_EPISODES
+    label = f"run_episodes, {'default' if rollout == 'auto' else rollout} ({count} episodes)"
+    run = play(agents["http"], count, rollout, ideal[count], bare_cpu[rollout], label)
+    compare(f"run_episodes over HTTP: per episode vs {anchor}, episodes", side, run, rounds=2)
 
 
 @pytest.mark.parametrize("side", ["ours", "anchor"])
-def test_lean_client_vs_sdk(compare, agents, ideal, side):
-    backend = "http" if side == "ours" else "sdk"
-    run = play(agents[backend], EPISODES, "auto", ideal[EPISODES], f"{backend} run_episodes ({EPISODES} episodes)")
+def test_lean_client_vs_sdk(compare, agents, ideal, bare_cpu, side):
+    client = "http" if side == "ours" else "sdk"
+    label = f"run_episodes, default, client={client!r} ({EPISODES} episodes)"
+    run = play(agents[client], EPISODES, "auto", ideal[EPISODES], bare_cpu["auto"], label)
     compare("run_episodes over HTTP: lean client vs the SDK's, episodes", side, run, rounds=2)

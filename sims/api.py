@@ -44,6 +44,9 @@ from sims.retry import (
     retry_after_seconds,
 )
 
+# "http": JSON over one pooled aiohttp session (`sims.json_http`); "sdk": the provider's official client
+CLIENTS = ("http", "sdk")
+
 
 @dataclass(frozen=True)
 class Price:
@@ -57,7 +60,8 @@ class Price:
 
 
 class APISimulator(Simulator):
-    """Base of the API backends. Subclasses build the client and implement `_request`."""
+    """Base of the API backends. Subclasses build the client (`client`: one of `CLIENTS`) and
+    implement `_request`."""
 
     def __init__(
         self,
@@ -70,7 +74,11 @@ class APISimulator(Simulator):
         temperature: float | None = None,
         max_tokens: int | None = None,
         extra_body: dict[str, Any] | None = None,
+        client: str | None = None,
     ) -> None:
+        client = client or self.default_client
+        if client not in CLIENTS:
+            raise ValueError(f"client must be one of {CLIENTS}, got {client!r}")
         if not model:
             raise ValueError("an API simulator needs a model name, e.g. 'openai:gpt-5-mini'")
         self.model = model
@@ -82,6 +90,7 @@ class APISimulator(Simulator):
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.extra_body = dict(extra_body or {})
+        self.client_kind = client
         self.usage = Usage()
         self.calls = 0
         self.retries = 0
@@ -111,6 +120,7 @@ class APISimulator(Simulator):
         what no request of this simulator will get past."""
 
     supports_structured_output: bool = False
+    default_client: str = "http"  # of `CLIENTS`
     key_variable: str = "API_KEY"  # the environment variable the key comes from, named in errors
 
     def _structured_options(self, schema: dict[str, Any], name: str) -> dict[str, Any]:
@@ -163,6 +173,7 @@ class APISimulator(Simulator):
             "concurrency": self.concurrency,
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,
+            "client": self.client_kind,
         }
 
     def __repr__(self) -> str:

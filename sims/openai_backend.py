@@ -17,8 +17,6 @@ from scope_envs.core.policy import Reply, SimulatorError, Usage
 from sims.api import APISimulator
 from sims.retry import RetryableError
 
-CLIENTS = ("http", "sdk")
-
 
 class OpenAISimulator(APISimulator):
     """A chat model behind the OpenAI chat-completions API.
@@ -41,13 +39,9 @@ class OpenAISimulator(APISimulator):
         api_key: str | None = None,
         response_format: dict[str, Any] | None = None,
         top_p: float | None = None,
-        client: str = "http",
         **kwargs: Any,
     ) -> None:
-        if client not in CLIENTS:
-            raise ValueError(f"client must be one of {CLIENTS}, got {client!r}")
         super().__init__(model, **kwargs)
-        self.client_kind = client
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL")
         self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or ("EMPTY" if self.base_url else None)
         if self._api_key is None:
@@ -74,7 +68,7 @@ class OpenAISimulator(APISimulator):
         return openai.AsyncOpenAI(api_key=self._api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0)
 
     def config(self) -> dict[str, Any]:
-        return {**super().config(), "base_url": self.base_url, "client": self.client_kind}
+        return {**super().config(), "base_url": self.base_url}
 
     def _structured_options(self, schema: dict[str, Any], name: str) -> dict[str, Any]:
         return {
