@@ -141,3 +141,33 @@ def test_scope_evaluate_plays_an_api_simulator_per_episode(helpdesk_ids, monkeyp
             simulator.close()
     assert completed != sorted(completed), "fast episodes played on while slow ones waited"
     assert cell.successes == [[1.0, 1.0]] * 3
+
+
+def test_per_episode_play_runs_on_the_api_simulators_own_loop():
+    """No thread hop per request: the rollout runs where the client lives, and an instant
+    (scripted) player answers right there too."""
+    import threading
+
+    from sims import make_simulator
+
+    threads = set()
+
+    class Clerk(ScriptedClerk):
+        def respond(self, messages, tools=None, *, seed=None):
+            threads.add(threading.current_thread().name)
+            return super().respond(messages, tools, seed=seed)
+
+    with LLMServer(customer_responder) as server:
+        simulator = make_simulator("openai:customer", base_url=server.url + "/v1", api_key="sk-test")
+        try:
+            results = run_episodes([HelpdeskEnv() for _ in range(4)], {AGENT: Clerk(), USER: simulator}, seeds=2)
+            assert threads == {"scope-OpenAISimulator"}
+
+            async def nested():
+                return simulator.run_on_loop(lambda: asyncio.sleep(0))
+
+            with pytest.raises(RuntimeError, match="would wait for itself"):
+                simulator.run_on_loop(nested)
+        finally:
+            simulator.close()
+    assert {r.end_reason for r in results} == {"user_stop"}
