@@ -41,6 +41,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     play.add_argument("--split", default=None)
     play.add_argument("--json", action="store_true", help="print one JSON object per episode instead of transcripts")
     play.add_argument(
+        "--rollout",
+        choices=("auto", "async", "lockstep"),
+        default="auto",
+        help="async: each episode takes its turn as soon as its own reply arrives; auto (default): async when a "
+        "player answers asynchronously (API backends)",
+    )
+    play.add_argument(
         "--env-arg",
         action="append",
         default=[],
@@ -281,7 +288,8 @@ def _play(args: argparse.Namespace) -> int:
     env_kwargs = dict(_key_value(item) for item in args.env_arg)
     envs = [info.make(**env_kwargs) for _ in range(args.episodes)]
     options = {key: value for key, value in (("task_id", args.task_id), ("split", args.split)) if value is not None}
-    results = run_episodes(envs, {"agent": args.agent, "user": args.simulator}, seeds=args.seed, options=options)
+    players = {"agent": args.agent, "user": args.simulator}
+    results = run_episodes(envs, players, seeds=args.seed, options=options, rollout=args.rollout)
     for result in results:
         if args.json:
             print(

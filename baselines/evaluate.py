@@ -3,7 +3,8 @@
 Every agent plays every simulator on one fixed task set: task t is the scenario the env's own
 `reset` picks from `derive_seed(seed, t)` on the chosen split, the same for every cell, and each
 task is played `trials` times. Each (agent, simulator) cell is played through the env's rollout
-(its vectorized one where it has one, else chat episodes) and cached as JSON under
+(its vectorized one where it has one, else chat episodes: per episode when a player answers
+asynchronously, such as an API simulator, else in lockstep) and cached as JSON under
 `<out>/cells/`, keyed by everything that determines it, so an interrupted evaluation resumes and a
 repeated one costs nothing.
 
@@ -34,7 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from scope_envs.core.async_rollout import collect_async
 from scope_envs.core.dialogue import AGENT, USER
+from scope_envs.core.policy import any_native_async
 from scope_envs.core.registration import find_env
 from scope_envs.core.rollout import RolloutGroup, collect_chat
 from scope_envs.core.seeding import derive_seed
@@ -179,9 +182,9 @@ def cell_path(out: Path, key: dict[str, Any]) -> Path:
 def play_cell(settings: EvalSettings, agent: Player, simulator: Player) -> CellResult:
     """`tasks` x `trials` episodes of one agent against one simulator."""
     info = find_env(settings.env)
-    rollout = info.rollout_function() or collect_chat
     partner = USER if settings.side == AGENT else AGENT
     players = {settings.side: agent.policy, partner: simulator.policy}
+    rollout = info.rollout_function() or (collect_async if any_native_async(players.values()) else collect_chat)
     groups = [RolloutGroup(derive_seed(settings.seed, task), players) for task in range(settings.tasks)]
     episodes = rollout(
         lambda: info.make(**settings.env_kwargs),

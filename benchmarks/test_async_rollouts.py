@@ -7,7 +7,7 @@ Rollouts: 64 episodes, 64 requests in flight, the user played by a simulator who
 50-250 ms (uniform, drawn from each request's seed, so every rollout meets the same latencies),
 the agent by an instant function; 20 user turns per episode. Two backends:
 
-* `http`: the OpenAI client against a loopback OpenAI-compatible server (`tests/llm_server.py`,
+* `http`: `openai:user` (its default, lean client) against a loopback OpenAI-compatible server (`tests/llm_server.py`,
   in a process of its own, so that `time.process_time` counts the client alone);
 * `in-process`: a simulator whose `arespond` only sleeps: the rollout's own overhead, without
   an HTTP client.
@@ -52,6 +52,7 @@ sys.path.insert(0, {str(TESTS)!r})
 from llm_server import LLMServer
 
 BaseHTTPRequestHandler.protocol_version = "HTTP/1.1"  # keep-alive, as API servers do
+BaseHTTPRequestHandler.disable_nagle_algorithm = True  # as API servers do: no 40 ms delayed-ACK stalls
 
 def reply(protocol, body):
     time.sleep(random.Random(body.get("seed")).uniform(*{LATENCY!r}))

@@ -1,4 +1,7 @@
-"""`anthropic:MODEL`: the Anthropic messages API over the official `anthropic` client.
+"""`anthropic:MODEL`: the Anthropic messages API through the official `anthropic` client
+(`client="sdk"`, the default: it tracks the API's version and authentication as they change), or
+as plain JSON over one pooled HTTP client (`client="http"`, `sims.json_http`: API version
+2023-06-01 with an `x-api-key` header), with the same retries, errors and key handling (`sims.api`).
 
 The OpenAI-format view is converted: system messages become the `system` field, tool calls
 `tool_use` blocks, tool results `tool_result` blocks in a user turn, consecutive turns of one role
@@ -18,6 +21,7 @@ from sims.api import APISimulator
 from sims.retry import RetryableError
 
 OPENING_TURN = "(The conversation begins. You speak first.)"
+API_VERSION = "2023-06-01"  # the `anthropic-version` of the lean client's requests
 
 
 def to_anthropic(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
@@ -75,6 +79,7 @@ class AnthropicSimulator(APISimulator):
     """A Claude model behind the messages API; the key comes from `api_key` or `$ANTHROPIC_API_KEY`."""
 
     supports_structured_output = True
+    default_client = "sdk"
     key_variable = "ANTHROPIC_API_KEY"
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, **kwargs: Any) -> None:
@@ -86,6 +91,12 @@ class AnthropicSimulator(APISimulator):
             raise SimulatorError("anthropic: no API key; set $ANTHROPIC_API_KEY or pass api_key=")
 
     def _make_client(self) -> Any:
+        if self.client_kind == "http":
+            from sims.json_http import JSONClient
+
+            headers = {"x-api-key": self._api_key, "anthropic-version": API_VERSION}
+            base_url = self.base_url or "https://api.anthropic.com"
+            return JSONClient(base_url, headers, timeout=self.timeout, connections=self.concurrency)
         try:
             import anthropic
         except ImportError as error:
@@ -119,27 +130,39 @@ class AnthropicSimulator(APISimulator):
         }
         request.update({k: v for k, v in optional.items() if v is not None})
         request.update(options)
+        if self.client_kind == "http":
+            return self._reply(await client.post("v1/messages", {**request, **self.extra_body}))
         response = await client.messages.create(**request, extra_body=self.extra_body or None)
-        blocks = getattr(response, "content", None)
+        return self._reply(response.model_dump())
+
+    def _reply(self, response: dict[str, Any]) -> Reply:
+        """The reply in a decoded message; a shape it cannot read raises (a malformed response)."""
+        blocks = response.get("content")
         if blocks is None:
             raise RetryableError("the server returned no content")
-        text = "".join(block.text for block in blocks if block.type == "text")
+        text = "".join(block["text"] for block in blocks if block["type"] == "text")
         calls = tuple(
-            ToolCall(name=block.name, arguments=json.dumps(block.input), id=block.id)
+            ToolCall(name=block["name"], arguments=json.dumps(block["input"]), id=block["id"])
             for block in blocks
-            if block.type == "tool_use"
+            if block["type"] == "tool_use"
         )
         if not text and not calls:
             raise RetryableError("the server returned an empty message")
-        usage = getattr(response, "usage", None)
+        usage = response.get("usage")
         return Reply(
             text=text,
             tool_calls=calls,
-            usage=Usage(usage.input_tokens or 0, usage.output_tokens or 0) if usage else Usage(),
-            metadata={"model": response.model, "finish_reason": response.stop_reason, "id": response.id},
+            usage=Usage(usage.get("input_tokens") or 0, usage.get("output_tokens") or 0) if usage else Usage(),
+            metadata={
+                "model": response.get("model"),
+                "finish_reason": response.get("stop_reason"),
+                "id": response.get("id"),
+            },
         )
 
     def _classify(self, error: Exception) -> Exception:
+        if self.client_kind == "http":
+            return self._classify_http_error("anthropic", error)
         import anthropic
 
         return self._classify_client_error(anthropic, error)

@@ -44,6 +44,9 @@ from sims.retry import (
     retry_after_seconds,
 )
 
+# "http": JSON over one pooled aiohttp session (`sims.json_http`); "sdk": the provider's official client
+CLIENTS = ("http", "sdk")
+
 
 @dataclass(frozen=True)
 class Price:
@@ -57,7 +60,8 @@ class Price:
 
 
 class APISimulator(Simulator):
-    """Base of the API backends. Subclasses build the client and implement `_request`."""
+    """Base of the API backends. Subclasses build the client (`client`: one of `CLIENTS`) and
+    implement `_request`."""
 
     def __init__(
         self,
@@ -70,7 +74,11 @@ class APISimulator(Simulator):
         temperature: float | None = None,
         max_tokens: int | None = None,
         extra_body: dict[str, Any] | None = None,
+        client: str | None = None,
     ) -> None:
+        client = client or self.default_client
+        if client not in CLIENTS:
+            raise ValueError(f"client must be one of {CLIENTS}, got {client!r}")
         if not model:
             raise ValueError("an API simulator needs a model name, e.g. 'openai:gpt-5-mini'")
         self.model = model
@@ -82,6 +90,7 @@ class APISimulator(Simulator):
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.extra_body = dict(extra_body or {})
+        self.client_kind = client
         self.usage = Usage()
         self.calls = 0
         self.retries = 0
@@ -111,6 +120,7 @@ class APISimulator(Simulator):
         what no request of this simulator will get past."""
 
     supports_structured_output: bool = False
+    default_client: str = "http"  # of `CLIENTS`
     key_variable: str = "API_KEY"  # the environment variable the key comes from, named in errors
 
     def _structured_options(self, schema: dict[str, Any], name: str) -> dict[str, Any]:
@@ -144,6 +154,12 @@ class APISimulator(Simulator):
         options = self._structured_options(schema, name)
         return self._submit(lambda: self._respond(messages, None, seed, options)).result()
 
+    def run_on_loop(self, make: Callable[[], Awaitable[Any]]) -> Any:
+        """Runs the coroutine `make()` to completion on this simulator's own event loop, from
+        synchronous code. A rollout run there awaits this simulator's requests without handing
+        each one to another thread and back (`scope_envs.core.policy.run_beside`)."""
+        return self._background.run(make)
+
     def close(self) -> None:
         client, self._client = self._client, None
         self._background.close(client.close if client is not None and hasattr(client, "close") else None)
@@ -157,6 +173,7 @@ class APISimulator(Simulator):
             "concurrency": self.concurrency,
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,
+            "client": self.client_kind,
         }
 
     def __repr__(self) -> str:
@@ -214,18 +231,32 @@ class APISimulator(Simulator):
         if isinstance(error, (sdk.APITimeoutError, sdk.APIConnectionError)):
             return RetryableError(f"{type(error).__name__}: the request timed out or could not connect")
         if isinstance(error, sdk.APIStatusError):
-            return self._status_error(backend, error.status_code, error)
+            return self._status_error(backend, error.status_code, error, error.response.headers)
         malformed = (sdk.APIResponseValidationError, json.JSONDecodeError, ValueError, TypeError, AttributeError)
         if isinstance(error, malformed):
             return RetryableError(f"malformed response ({type(error).__name__})")
         return SimulatorError(f"{backend}: unexpected {type(error).__name__}: {self._redact(str(error))}")
 
-    def _status_error(self, backend: str, status: int, error: Any) -> Exception:
+    def _classify_http_error(self, backend: str, error: Exception) -> Exception:
+        """The same for an exception of the lean client (`sims.json_http`) and aiohttp beneath it."""
+        import aiohttp
+
+        from sims.json_http import HTTPStatusError
+
+        if isinstance(error, HTTPStatusError):
+            return self._status_error(backend, error.status_code, error, error.headers)
+        if isinstance(error, (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError)):
+            return RetryableError(f"{type(error).__name__}: the request timed out or could not connect")
+        if isinstance(error, (ValueError, TypeError, KeyError, AttributeError)):  # not JSON, or not the expected shape
+            return RetryableError(f"malformed response ({type(error).__name__})")
+        return SimulatorError(f"{backend}: unexpected {type(error).__name__}: {self._redact(str(error))}")
+
+    def _status_error(self, backend: str, status: int, error: Any, headers: Any) -> Exception:
         """An HTTP error status as what it means for the run: worth a retry, fatal (the key or the
         configuration is wrong, so every request will fail), or the failure of this one request."""
         detail = self._redact(str(error))
         if status in RETRYABLE_STATUS or status >= 500:
-            return RetryableError(f"HTTP {status} from the server", retry_after_seconds(error.response.headers))
+            return RetryableError(f"HTTP {status} from the server", retry_after_seconds(headers))
         if status in AUTHENTICATION_STATUS:
             return FatalPolicyError(
                 f"{backend}: HTTP {status}: the API key was rejected, may not use model {self.model!r}, or has "

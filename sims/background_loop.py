@@ -37,8 +37,22 @@ class BackgroundLoop:
         return asyncio.run_coroutine_threadsafe(make(), loop)  # type: ignore[arg-type]
 
     async def wait(self, make: Callable[[], Awaitable[T]]) -> T:
-        """`submit`, awaited from another event loop."""
+        """`submit`, awaited from any event loop: on this one, `make()` is awaited right there."""
+        if self._loop is not None and asyncio.get_running_loop() is self._loop:
+            return await make()
         return await asyncio.wrap_future(self.submit(make))
+
+    def run(self, make: Callable[[], Awaitable[T]]) -> T:
+        """`submit`, waited for from synchronous code on another thread; cancelled if that wait is
+        interrupted (Ctrl-C)."""
+        if self._thread is not None and threading.current_thread() is self._thread:
+            raise RuntimeError(f"{self.name}: run() from the loop's own thread would wait for itself")
+        future = self.submit(make)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
 
     def close(self, finish: Callable[[], Awaitable[Any]] | None = None, *, timeout: float = 10.0) -> None:
         """Runs `finish()` on the loop (closing a client), then stops the loop and its thread."""

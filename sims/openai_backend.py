@@ -1,5 +1,10 @@
-"""`openai:MODEL`: chat completions over the official `openai` client, for OpenAI and any
-OpenAI-compatible server (vLLM, SGLang, OpenRouter) through `base_url`."""
+"""`openai:MODEL`: chat completions for OpenAI and any OpenAI-compatible server (vLLM, SGLang,
+OpenRouter) through `base_url`.
+
+Two clients speak the same protocol with the same retries, errors and key handling (`sims.api`):
+`client="http"` (the default), plain JSON over one pooled HTTP client (`sims.json_http`), and
+`client="sdk"`, the official `openai` client, for what only it does (docs/simulators.md).
+"""
 
 from __future__ import annotations
 
@@ -16,9 +21,11 @@ from sims.retry import RetryableError
 class OpenAISimulator(APISimulator):
     """A chat model behind the OpenAI chat-completions API.
 
-    `response_format` (e.g. `{"type": "json_schema", "json_schema": {...}}`) requests structured
-    output; `seed` is passed per request. The key comes from `api_key` or `$OPENAI_API_KEY`
-    (servers that need none get a placeholder).
+    `client`: `"http"` (lean, the default) or `"sdk"` (the official client). `response_format`
+    (e.g. `{"type": "json_schema", "json_schema": {...}}`) requests structured output; `seed` is
+    passed per request. The key comes from `api_key` or `$OPENAI_API_KEY` (servers that need none
+    get a placeholder); `$OPENAI_ORG_ID` and `$OPENAI_PROJECT_ID`, where set, are sent as the
+    official client sends them.
     """
 
     supports_structured_output = True
@@ -45,6 +52,15 @@ class OpenAISimulator(APISimulator):
         self.top_p = top_p
 
     def _make_client(self) -> Any:
+        if self.client_kind == "http":
+            from sims.json_http import JSONClient
+
+            headers = {"authorization": f"Bearer {self._api_key}"}
+            for header, variable in (("openai-organization", "OPENAI_ORG_ID"), ("openai-project", "OPENAI_PROJECT_ID")):
+                if os.environ.get(variable):
+                    headers[header] = os.environ[variable]
+            base_url = self.base_url or "https://api.openai.com/v1"
+            return JSONClient(base_url, headers, timeout=self.timeout, connections=self.concurrency)
         try:
             import openai
         except ImportError as error:
@@ -79,39 +95,49 @@ class OpenAISimulator(APISimulator):
         request.update({k: v for k, v in optional.items() if v is not None})
         request.update(options)
         request.update(self.extra_body or {})
+        if self.client_kind == "http":
+            return self._reply(await client.post("chat/completions", request))
         # The request is plain JSON already: posting it as the body skips the SDK's per-request
-        # transformation of the params (about half of its client CPU per request), while keeping its
-        # connection pool, error types and response model.
-        from openai.types.chat import ChatCompletion
+        # transformation of the params, while keeping its connection pool and error types.
+        import httpx
 
-        response = await client.post("/chat/completions", body=request, cast_to=ChatCompletion)
-        return self._reply(response)
+        from sims.json_http import loads
 
-    def _reply(self, response: Any) -> Reply:
-        choices = getattr(response, "choices", None)
+        response = await client.post("/chat/completions", body=request, cast_to=httpx.Response)
+        return self._reply(loads(response.content))
+
+    def _reply(self, response: dict[str, Any]) -> Reply:
+        """The reply in a decoded chat completion; a shape it cannot read raises (a malformed response)."""
+        choices = response.get("choices")
         if not choices:
             raise RetryableError("the server returned no choices")
-        message = choices[0].message
+        message = choices[0].get("message")
         if message is None:
             raise RetryableError("the server returned a choice without a message")
         calls = tuple(
-            ToolCall(name=call.function.name, arguments=_arguments(call.function.arguments), id=call.id or "")
-            for call in (message.tool_calls or [])
-            if getattr(call, "function", None) is not None
+            ToolCall(
+                name=call["function"]["name"],
+                arguments=_arguments(call["function"].get("arguments")),
+                id=call.get("id") or "",
+            )
+            for call in (message.get("tool_calls") or [])
+            if call.get("function") is not None
         )
-        usage = getattr(response, "usage", None)
+        usage = response.get("usage")
         return Reply(
-            text=message.content or "",
+            text=message.get("content") or "",
             tool_calls=calls,
-            usage=Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0) if usage else Usage(),
+            usage=Usage(usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0) if usage else Usage(),
             metadata={
-                "model": getattr(response, "model", self.model),
-                "finish_reason": choices[0].finish_reason,
-                "id": response.id,
+                "model": response.get("model", self.model),
+                "finish_reason": choices[0].get("finish_reason"),
+                "id": response.get("id"),
             },
         )
 
     def _classify(self, error: Exception) -> Exception:
+        if self.client_kind == "http":
+            return self._classify_http_error("openai", error)
         import openai
 
         return self._classify_client_error(openai, error)

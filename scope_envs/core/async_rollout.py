@@ -5,7 +5,10 @@
 its own asyncio task on one `DialogueBatch`:
 
 * a player with a native async form (the API backends: one shared client, connection pool and
-  concurrency limit per backend, with their own timeouts and retries) is awaited per request;
+  concurrency limit per backend, with their own timeouts and retries) is awaited per request, at
+  most `in_flight` requests at a time per player (by default its own `concurrency`, else
+  `DEFAULT_IN_FLIGHT`);
+* an `instant` player (rule-based: scripted players) is called right on the event loop;
 * a player that keeps trajectories (`TracedPolicy`, a model being trained) and any other player
   are answered through a `Coalescer`: the requests waiting on it are gathered into one batched call
   (`generate`, or `respond_all`) on a worker thread, and the requests that arrive during that
@@ -20,7 +23,6 @@ whatever order the replies come back in. Results are in group order, as from `co
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -28,8 +30,10 @@ from typing import Any
 from scope_envs.core.batch import DialogueBatch, Pending, TracedPolicy, respond_all
 from scope_envs.core.coalesce import Coalescer
 from scope_envs.core.dialogue import DialogueEnv
-from scope_envs.core.policy import PolicyError, Simulator, run_sync
+from scope_envs.core.policy import PolicyError, has_native_async, reply_or_error, run_beside
 from scope_envs.core.rollout import Episode, RolloutGroup, play_groups
+
+DEFAULT_IN_FLIGHT = 64  # requests awaited at once from a natively asynchronous player that sets no `concurrency`
 
 
 def collect_async(
@@ -44,7 +48,8 @@ def collect_async(
     """The rollout protocol of `scope_envs.core.rollout`, played per episode (module docstring)."""
 
     def per_episode(batch: DialogueBatch, player_of: Callable[[int, str], Any]) -> None:
-        run_sync(play_async(batch, player_of, before_turn=before_turn))
+        players = [player for group in groups for player in group.players.values()]
+        run_beside(players, lambda: play_async(batch, player_of, before_turn=before_turn))
 
     return play_groups(make_env, groups, group_size=group_size, split=split, play=per_episode)
 
@@ -54,15 +59,24 @@ async def play_async(
     player_of: Callable[[int, str], Any],
     *,
     before_turn: Callable[[], None] | None = None,
+    after_episode: Callable[[], None] | None = None,
+    in_flight: int | None = None,
 ) -> None:
     """Plays every episode of `batch` (already reset) to its end, one task per episode;
-    `player_of(index, side)` as in `DialogueBatch.play`, `before_turn` before each request.
+    `player_of(index, side)` as in `DialogueBatch.play`, `before_turn` before each request,
+    `after_episode` when an episode has ended; `in_flight` bounds the requests awaited at once
+    per natively asynchronous player (module docstring).
     An exception other than a `PolicyError` (which fails only its episode) cancels the others."""
-    answerers = Answerers(batch)
-    tasks = [
-        asyncio.create_task(play_episode(batch, index, player_of, answerers, before_turn))
-        for index in range(len(batch.envs))
-    ]
+    if in_flight is not None and in_flight < 1:
+        raise ValueError(f"in_flight must be at least 1, got {in_flight}")
+    answerers = Answerers(batch, in_flight)
+
+    async def play(index: int) -> None:
+        await play_episode(batch, index, player_of, answerers, before_turn)
+        if after_episode is not None:
+            after_episode()
+
+    tasks = [asyncio.create_task(play(index)) for index in range(len(batch.envs))]
     try:
         await asyncio.gather(*tasks)
     finally:
@@ -86,10 +100,14 @@ async def play_episode(
         if before_turn is not None:
             before_turn()
         answerer = answerers.of(player)
-        if answerer is None:  # natively asynchronous
-            batch.step(side, {index: await areply_or_error(player, pending)})
+        if isinstance(answerer, asyncio.Semaphore):  # natively asynchronous
+            async with answerer:
+                reply = await areply_or_error(player, pending)
+            batch.step(side, {index: reply})
         elif isinstance(answerer, TracedCoalescer):
             batch.record_generated(side, [pending], [await answerer.submit((side, pending))])
+        elif answerer is None:  # instant
+            batch.step(side, {index: reply_or_error(player, pending.messages, pending.tools, pending.seed)})
         else:
             batch.step(side, {index: await answerer.submit(pending)})
 
@@ -99,20 +117,25 @@ class TracedCoalescer(Coalescer[tuple[str, Pending], Any]):
 
 
 class Answerers:
-    """How each player of one rollout is asked: awaited directly (natively asynchronous), or
-    through its coalescer. Players are classified once (a protocol `isinstance` is slow)."""
+    """How each player of one rollout is asked: awaited directly under its in-flight bound (a
+    semaphore; natively asynchronous), called on the loop (None; `instant` players), or through
+    its coalescer. Players are classified once (a protocol `isinstance` is slow)."""
 
-    def __init__(self, batch: DialogueBatch) -> None:
+    def __init__(self, batch: DialogueBatch, in_flight: int | None = None) -> None:
         self.batch = batch
+        self.in_flight = in_flight
         self._traced_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scope-generate")
-        self._answerers: dict[int, Coalescer[Any, Any] | None] = {}
+        self._answerers: dict[int, Coalescer[Any, Any] | asyncio.Semaphore | None] = {}
 
-    def of(self, player: Any) -> Coalescer[Any, Any] | None:
+    def of(self, player: Any) -> Coalescer[Any, Any] | asyncio.Semaphore | None:
         key = id(player)
         if key not in self._answerers:
             if isinstance(player, TracedPolicy):
                 self._answerers[key] = self._traced(player)
             elif has_native_async(player):
+                bound = self.in_flight or getattr(player, "concurrency", None) or DEFAULT_IN_FLIGHT
+                self._answerers[key] = asyncio.Semaphore(bound)
+            elif getattr(player, "instant", False):
                 self._answerers[key] = None
             else:
                 self._answerers[key] = self._chat(player)
@@ -135,16 +158,9 @@ class Answerers:
 
     def close(self) -> None:
         for answerer in self._answerers.values():
-            if answerer is not None:
+            if isinstance(answerer, Coalescer):
                 answerer.close()
         self._traced_thread.shutdown(wait=True)
-
-
-def has_native_async(policy: Any) -> bool:
-    """True when `policy.arespond` is its own coroutine (an API client), not `Simulator`'s
-    default of running `respond` in a thread."""
-    arespond = getattr(type(policy), "arespond", None)
-    return inspect.iscoroutinefunction(arespond) and arespond is not Simulator.arespond
 
 
 async def areply_or_error(policy: Any, pending: Pending) -> Any:

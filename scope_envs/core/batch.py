@@ -4,8 +4,13 @@ LLM-bound training and evaluation want one batched `generate` call for every epi
 on the same side. `DialogueBatch` gives exactly that: `pending(side)` lists the views waiting on
 `side`, the caller generates all replies at once, and `step(side, replies)` applies them.
 `play(player_of)` is the one loop that does this until every episode has ended, for any
-assignment of players to episodes; `run_episodes` is its common case, one policy per side, and
-the trainer's rollouts (`scope_envs.core.rollout`) use it with one set of players per group.
+assignment of players to episodes, and the trainer's rollouts (`scope_envs.core.rollout`) use it
+with one set of players per group.
+
+`run_episodes` is the common case, one policy per side. When a player answers asynchronously (an
+API client), it plays each episode as its own task instead (`scope_envs.core.async_rollout`): an
+episode takes its next turn as soon as its own reply arrives, rather than each round of turns
+waiting for its slowest reply. Both give the same episodes for deterministic players.
 
 A player that keeps trajectories (`TracedPolicy`, e.g. a language model being trained) generates
 token-in, token-out: it starts a `Trace` per episode and side, which builds each prompt from the
@@ -19,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from scope_envs.core.dialogue import SIDES, DialogueEnv, Transition
-from scope_envs.core.policy import ChatPolicy, PolicyError, reply_or_error
+from scope_envs.core.policy import ChatPolicy, PolicyError, any_native_async, reply_or_error, run_beside
 from scope_envs.core.seeding import MAX_SEED, derive_seed
 from scope_envs.core.specs import resolve_policy
 
@@ -227,6 +232,9 @@ def respond_all(policy: ChatPolicy, pending: Sequence[Pending]) -> dict[int, Any
     return {p.index: reply_or_error(policy, p.messages, p.tools, p.seed) for p in pending}
 
 
+ROLLOUTS = ("auto", "async", "lockstep")
+
+
 def run_episodes(
     envs: Sequence[DialogueEnv],
     policies: Mapping[str, Any],
@@ -234,8 +242,19 @@ def run_episodes(
     seeds: Sequence[int | None] | int | None = None,
     options: Sequence[Mapping[str, Any] | None] | Mapping[str, Any] | None = None,
     progress: bool = False,
+    rollout: str = "auto",
+    in_flight: int | None = None,
 ) -> list[EpisodeResult]:
-    """Plays one episode in each env to its end; `policies` maps each side to a policy or spec."""
+    """Plays one episode in each env to its end; `policies` maps each side to a policy or spec.
+
+    `rollout`: `"async"`, each episode as its own task; `"lockstep"`, all episodes stepped
+    together (`DialogueBatch.play`); `"auto"` (the default), async when a player answers
+    asynchronously (`any_native_async`: the API backends), else lockstep. `in_flight` bounds the
+    requests in flight per asynchronous player (default: its own `concurrency`, see
+    `scope_envs.core.async_rollout`).
+    """
+    if rollout not in ROLLOUTS:
+        raise ValueError(f"rollout must be one of {ROLLOUTS}, got {rollout!r}")
     resolved = {side: resolve_policy(policies[side], env=envs[0], side=side) for side in SIDES}
     batch = DialogueBatch(envs)
     batch.reset(seeds, options)
@@ -245,7 +264,18 @@ def run_episodes(
         if bar is not None:
             bar.update(sum(result is not None for result in batch.results) - bar.n)
 
-    batch.play(lambda index, side: resolved[side], after_round=show_progress)
+    def player_of(index: int, side: str) -> Any:
+        return resolved[side]
+
+    if rollout == "async" or (rollout == "auto" and any_native_async(resolved.values())):
+        from scope_envs.core.async_rollout import play_async  # it builds on this module
+
+        run_beside(
+            resolved.values(),
+            lambda: play_async(batch, player_of, after_episode=show_progress, in_flight=in_flight),
+        )
+    else:
+        batch.play(player_of, after_round=show_progress)
     if bar is not None:
         bar.close()
     return [result for result in batch.results if result is not None]

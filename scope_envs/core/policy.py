@@ -20,8 +20,9 @@ the base class only saves writing the other forms.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -150,11 +151,29 @@ def run_sync(coroutine: Any) -> Any:
     return result["value"]
 
 
+def run_beside(policies: Iterable[Any], make: Callable[[], Any]) -> Any:
+    """Runs the coroutine `make()` to completion from synchronous code: on the event loop of the
+    first of `policies` that has one of its own (`run_on_loop(make)`: the API backends, whose
+    requests are then awaited where they are made), else as `run_sync` does. From a thread whose
+    own loop is running (where such a wait would block that loop), always as `run_sync` does."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        for policy in policies:
+            run_on_loop = getattr(policy, "run_on_loop", None)
+            if run_on_loop is not None:
+                return run_on_loop(make)
+    return run_sync(make())
+
+
 class Simulator:
     """Base class of chat policies; see the module docstring."""
 
     #: True when the same view, tools and seed always give the same reply.
     deterministic: bool = False
+    #: True when `respond` takes microseconds and never waits (rule-based players): per-episode
+    #: rollouts then call it on their event loop instead of handing it to a worker thread.
+    instant: bool = False
     name: str = "simulator"
 
     def respond(self, messages: View, tools: Tools = None, *, seed: int | None = None) -> Reply:
@@ -205,3 +224,16 @@ def reply_or_error(policy: Any, messages: Any, tools: Any, seed: int | None) -> 
         return policy.respond(messages, tools or None, seed=seed)
     except PolicyError as error:
         return error
+
+
+def has_native_async(policy: Any) -> bool:
+    """True when `policy.arespond` is its own coroutine (an API client), not `Simulator`'s
+    default of running `respond` in a thread."""
+    arespond = getattr(type(policy), "arespond", None)
+    return inspect.iscoroutinefunction(arespond) and arespond is not Simulator.arespond
+
+
+def any_native_async(policies: Iterable[Any]) -> bool:
+    """True when any of `policies` answers asynchronously: the rule by which episodes are played
+    per episode (`scope_envs.core.async_rollout`) rather than in lockstep when the caller lets it choose."""
+    return any(has_native_async(policy) for policy in policies)

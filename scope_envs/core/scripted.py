@@ -35,6 +35,7 @@ class ScriptedSimulator(Simulator):
     """
 
     deterministic = True
+    instant = True
     name = "scripted"
 
     def respond(self, messages: View, tools: Tools = None, *, seed: int | None = None) -> Reply:
