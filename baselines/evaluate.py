@@ -102,14 +102,41 @@ def _run_source(folder: str | Path) -> str:
     return f"run:{Path(folder).resolve()}"
 
 
-def training_sources(trainer: Any) -> frozenset[str]:
+def spec_sources(spec: str, policy: Any = None) -> frozenset[str]:
+    """What a simulator spec stands for: the spec itself, and the class and name of the policy it
+    builds, so that two spellings of one simulator (`family:0@3`, `family:0@3/spread1`) match."""
+    sources = {f"spec:{spec}"}
+    name = getattr(policy, "name", None)
+    if isinstance(name, str) and name:
+        sources.add(f"policy:{type(policy).__module__}.{type(policy).__qualname__}:{name}")
+    return frozenset(sources)
+
+
+def _registered_policy(spec: str, env: Any, side: str) -> Any:
+    """The policy of a registered (scripted or API) spec, or None: a language model is not loaded
+    just to learn its name, and a spec that does not build here is known by its spelling only."""
+    from scope_envs.core.specs import make_policy, policy_backends, split_spec
+
+    if spec != "scripted" and split_spec(spec)[0] not in ("scripted", *policy_backends()):
+        return None
+    try:
+        return make_policy(spec, env=env, side=side)
+    except Exception:
+        return None
+
+
+def training_sources(trainer: Any, env: Any, side: str) -> frozenset[str]:
     """The simulators a run trained against, as `Player.sources` name them: its `simulators`, and
     for co-training its simulator's initial checkpoint and the run itself (its live simulator and
-    its pool)."""
+    its pool). `side` is the side its simulators played."""
     config = trainer.config
-    sources = {f"spec:{spec}" for spec in config.simulators}
+    specs = list(config.simulators)
+    sources: set[str] = set()
     if config.method in ("cotrain", "population"):
-        sources |= {f"spec:{config.simulator_policy or config.policy}", _run_source(trainer.output)}
+        specs.append(config.simulator_policy or config.policy)
+        sources.add(_run_source(trainer.output))
+    for spec in specs:
+        sources |= spec_sources(spec, _registered_policy(spec, env, side))
     return frozenset(sources)
 
 
@@ -125,9 +152,10 @@ def build_agent(spec: str, env: Any, side: str = AGENT) -> Player:
             trainer.learners[side].policy,
             identity,
             sources=frozenset({_run_source(spec)}),
-            trained_on=training_sources(trainer),
+            trained_on=training_sources(trainer, env, USER if side == AGENT else AGENT),
         )
-    return Player(spec, _policy(spec, env, side), f"spec:{spec}", sources=frozenset({f"spec:{spec}"}))
+    policy = _policy(spec, env, side)
+    return Player(spec, policy, f"spec:{spec}", sources=spec_sources(spec, policy))
 
 
 def build_simulators(spec: str, env: Any, side: str = USER) -> list[Player]:
@@ -160,7 +188,8 @@ def build_simulators(spec: str, env: Any, side: str = USER) -> list[Player]:
     if is_run(spec):
         player = build_agent(spec, env, side)
         return [Player(f"{player.label}:{side}", player.policy, player.identity, sources=player.sources)]
-    return [Player(spec, _policy(spec, env, side), f"spec:{spec}", sources=frozenset({f"spec:{spec}"}))]
+    policy = _policy(spec, env, side)
+    return [Player(spec, policy, f"spec:{spec}", sources=spec_sources(spec, policy))]
 
 
 def training_cells(agents: list[Player], simulators: list[Player]) -> dict[str, list[str]]:

@@ -138,7 +138,7 @@ def test_the_panel_leaves_out_the_simulators_a_run_trained_against(tmp_path):
         env=ENV,
         policy="linear",
         method="single",
-        simulators=["family:0@3"],
+        simulators=["family:0@3/spread1"],  # another spelling of the panel's family:0@3
         eval_simulators=["family:100"],
         steps=2,
         groups_per_step=2,
