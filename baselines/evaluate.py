@@ -316,6 +316,7 @@ def summarize(
         POWER,
         bootstrap_interval,
         flip_rate,
+        flip_rate_per_task,
         holm,
         minimum_detectable_difference,
         mixed_share,
@@ -336,6 +337,7 @@ def summarize(
                 "reward": bootstrap_interval(rewards.mean(axis=1), seed=seed).as_dict(),
                 "pass_k": {k: pass_hat_k(successes, k) for k in range(1, trials + 1)},
                 "flip_rate": flip_rate(successes) if trials > 1 else None,
+                "task_flip_rates": flip_rate_per_task(successes).tolist() if trials > 1 else None,
                 "mixed_tasks": mixed_share(successes) if trials > 1 else None,
             }
         )

@@ -187,6 +187,7 @@ def test_flip_rate_and_minimum_detectable_difference_on_hand_built_cells():
     summary = summarize([a, b], trials=3)
     flips = {c["agent"]: (c["flip_rate"], c["mixed_tasks"]) for c in summary["cells"]}
     assert flips["a"] == (pytest.approx(1 / 3), 0.5) and flips["b"] == (pytest.approx(1 / 6), 0.25)
+    assert summary["cells"][0]["task_flip_rates"] == pytest.approx([0, 0, 2 / 3, 2 / 3]), "each task's own"
     z = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
     per_task_a = np.array([1, 0, 1 / 3, 2 / 3])
     assert summary["agents"]["a"]["mde"] == pytest.approx(z * np.sqrt(2) * per_task_a.std(ddof=1) / 2)
