@@ -14,11 +14,14 @@ Simulators: a policy spec; `vs:SPEC` or `vsK:SPEC` (Verbalized Sampling with k c
 5 by default); a run folder of a co-training run (its trained simulator); `pool:RUN` (every
 snapshot in the run's simulator pool, one simulator each).
 
-Reported per cell: success and reward with bootstrap 95% intervals over tasks, and pass^k for
-k = 1..trials (Yao et al. 2024, `baselines.stats.pass_hat_k`); per agent, success over
-the whole panel; between every two agents, the paired difference on the same tasks (bootstrap
-interval, Wilcoxon signed-rank p, Holm-adjusted over the pairs). Written: `evaluation.md`,
-`evaluation.json` and `heatmap.png` (agents x simulators).
+Reported per cell: success and reward with bootstrap 95% intervals over tasks, pass^k for
+k = 1..trials (Yao et al. 2024, `baselines.stats.pass_hat_k`) and the flip rate across trials; per
+agent, success over its held-out panel: the simulators it did not train against (a run's training
+simulators are read from its config, shown apart and marked (T)), and the minimum detectable
+difference at these tasks x trials; between every two agents, the paired difference on the same
+tasks over the simulators held out from both (bootstrap interval, Wilcoxon signed-rank p,
+Holm-adjusted over the pairs, its MDE). Written: `evaluation.md`, `evaluation.json` and
+`heatmap.png` (agents x simulators).
 """
 
 from __future__ import annotations
@@ -49,11 +52,16 @@ DEFAULT_VS_K = 5
 
 @dataclass
 class Player:
-    """A policy in the cross-play, its label in the report, and what identifies it for the cache."""
+    """A policy in the cross-play, its label in the report, and what identifies it for the cache.
+
+    `sources`: what a simulator is (its spec, or the run it came from); `trained_on`: for an agent
+    that is a run, the sources of the simulators it trained against, read from its config."""
 
     label: str
     policy: Any
     identity: str
+    sources: frozenset[str] = frozenset()
+    trained_on: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -93,14 +101,64 @@ def _checkpoint_identity(trainer: Any) -> str:
     return f"{Path(trainer.output).resolve()}:{latest.name}:{hashlib.sha256(manifest).hexdigest()[:16]}"
 
 
+def _run_source(folder: str | Path) -> str:
+    return f"run:{Path(folder).resolve()}"
+
+
+def spec_sources(spec: str, policy: Any = None) -> frozenset[str]:
+    """What a simulator spec stands for: the spec itself, and the class and name of the policy it
+    builds, so that two spellings of one simulator (`family:0@3`, `family:0@3/spread1`) match."""
+    sources = {f"spec:{spec}"}
+    name = getattr(policy, "name", None)
+    if isinstance(name, str) and name:
+        sources.add(f"policy:{type(policy).__module__}.{type(policy).__qualname__}:{name}")
+    return frozenset(sources)
+
+
+def _registered_policy(spec: str, env: Any, side: str) -> Any:
+    """The policy of a registered (scripted or API) spec, or None: a language model is not loaded
+    just to learn its name, and a spec that does not build here is known by its spelling only."""
+    from scope_envs.core.specs import make_policy, policy_backends, split_spec
+
+    if spec != "scripted" and split_spec(spec)[0] not in ("scripted", *policy_backends()):
+        return None
+    try:
+        return make_policy(spec, env=env, side=side)
+    except Exception:
+        return None
+
+
+def training_sources(trainer: Any, env: Any, side: str) -> frozenset[str]:
+    """The simulators a run trained against, as `Player.sources` name them: its `simulators`, and
+    for co-training its simulator's initial checkpoint and the run itself (its live simulator and
+    its pool). `side` is the side its simulators played."""
+    config = trainer.config
+    specs = list(config.simulators)
+    sources: set[str] = set()
+    if config.method in ("cotrain", "population"):
+        specs.append(config.simulator_policy or config.policy)
+        sources.add(_run_source(trainer.output))
+    for spec in specs:
+        sources |= spec_sources(spec, _registered_policy(spec, env, side))
+    return frozenset(sources)
+
+
 def build_agent(spec: str, env: Any, side: str = AGENT) -> Player:
     """An agent: the trained side of a run folder, or a policy spec."""
     if is_run(spec):
         trainer = load_run(spec)
         if side not in trainer.learners:
             raise ValueError(f"{spec}: the run trained the {trainer.side!r} side, not {side!r}")
-        return Player(Path(spec).name, trainer.learners[side].policy, f"run:{_checkpoint_identity(trainer)}:{side}")
-    return Player(spec, _policy(spec, env, side), f"spec:{spec}")
+        identity = f"run:{_checkpoint_identity(trainer)}:{side}"
+        return Player(
+            Path(spec).name,
+            trainer.learners[side].policy,
+            identity,
+            sources=frozenset({_run_source(spec)}),
+            trained_on=training_sources(trainer, env, USER if side == AGENT else AGENT),
+        )
+    policy = _policy(spec, env, side)
+    return Player(spec, policy, f"spec:{spec}", sources=spec_sources(spec, policy))
 
 
 def build_simulators(spec: str, env: Any, side: str = USER) -> list[Player]:
@@ -111,20 +169,35 @@ def build_simulators(spec: str, env: Any, side: str = USER) -> list[Player]:
     if vs:
         k = int(vs.group(1) or DEFAULT_VS_K)
         inner = build_simulators(vs.group(2), env, side)
-        return [Player(f"vs{k}({p.label})", verbalize(p.policy, k=k), f"vs{k}:{p.identity}") for p in inner]
+        # Verbalized Sampling of a training simulator samples the same model: not held out
+        return [
+            Player(f"vs{k}({p.label})", verbalize(p.policy, k=k), f"vs{k}:{p.identity}", sources=p.sources)
+            for p in inner
+        ]
     if spec.startswith(POOL_PREFIX):
         trainer = load_run(spec.removeprefix(POOL_PREFIX))
         if trainer.pool is None or not trainer.pool.members:
             raise ValueError(f"{spec}: the run has no simulator pool (only population runs keep one)")
         name = Path(trainer.output).name
         return [
-            Player(f"{name}@{m.step}", trainer.pool.load(m), f"pool:{Path(trainer.output).resolve()}:{m.id}:{m.step}")
+            Player(
+                f"{name}@{m.step}",
+                trainer.pool.load(m),
+                f"pool:{Path(trainer.output).resolve()}:{m.id}:{m.step}",
+                sources=frozenset({_run_source(trainer.output)}),
+            )
             for m in trainer.pool.members
         ]
     if is_run(spec):
         player = build_agent(spec, env, side)
-        return [Player(f"{player.label}:{side}", player.policy, player.identity)]
-    return [Player(spec, _policy(spec, env, side), f"spec:{spec}")]
+        return [Player(f"{player.label}:{side}", player.policy, player.identity, sources=player.sources)]
+    policy = _policy(spec, env, side)
+    return [Player(spec, policy, f"spec:{spec}", sources=spec_sources(spec, policy))]
+
+
+def training_cells(agents: list[Player], simulators: list[Player]) -> dict[str, list[str]]:
+    """Per agent, the labels of the simulators of the panel it trained against."""
+    return {a.label: [s.label for s in simulators if s.sources & a.trained_on] for a in agents}
 
 
 def _policy(spec: str, env: Any, side: str) -> Any:
@@ -236,10 +309,25 @@ def run_cells(
 # ---- the report ----------------------------------------------------------------------------------
 
 
-def summarize(results: list[CellResult], trials: int, seed: int = 0) -> dict[str, Any]:
-    """Per cell, per agent and per pair of agents: the numbers of the report."""
-    from baselines.stats import bootstrap_interval, holm, paired_comparison, pass_hat_k
+def summarize(
+    results: list[CellResult], trials: int, seed: int = 0, training: dict[str, list[str]] | None = None
+) -> dict[str, Any]:
+    """Per cell, per agent and per pair of agents: the numbers of the report. `training` names,
+    per agent, the simulators it trained against: they are reported but left out of its panel."""
+    from baselines.stats import (
+        ALPHA,
+        POWER,
+        bootstrap_interval,
+        flip_rate,
+        flip_rate_per_task,
+        holm,
+        minimum_detectable_difference,
+        mixed_share,
+        paired_comparison,
+        pass_hat_k,
+    )
 
+    training = training or {}
     cells = []
     for r in results:
         successes, rewards = np.asarray(r.successes), np.asarray(r.rewards)
@@ -247,69 +335,137 @@ def summarize(results: list[CellResult], trials: int, seed: int = 0) -> dict[str
             {
                 "agent": r.agent,
                 "simulator": r.simulator,
+                "training": r.simulator in training.get(r.agent, []),
                 "success": bootstrap_interval(successes.mean(axis=1), seed=seed).as_dict(),
                 "reward": bootstrap_interval(rewards.mean(axis=1), seed=seed).as_dict(),
                 "pass_k": {k: pass_hat_k(successes, k) for k in range(1, trials + 1)},
+                "flip_rate": flip_rate(successes) if trials > 1 else None,
+                "task_flip_rates": flip_rate_per_task(successes).tolist() if trials > 1 else None,
+                "mixed_tasks": mixed_share(successes) if trials > 1 else None,
             }
         )
-    per_task: dict[str, np.ndarray] = {}
-    for agent in dict.fromkeys(r.agent for r in results):
-        mine = [np.asarray(r.successes).mean(axis=1) for r in results if r.agent == agent]
-        per_task[agent] = np.mean(mine, axis=0)  # each task's success over the whole panel
-    agents = {a: bootstrap_interval(v, seed=seed).as_dict() for a, v in per_task.items()}
-    pairs = [
-        paired_comparison(per_task[a], per_task[b], names=(a, b), seed=seed)
-        for a, b in itertools.combinations(per_task, 2)
-    ]
+    per_cell = {(r.agent, r.simulator): np.asarray(r.successes).mean(axis=1) for r in results}
+    held_out = {
+        agent: [s for (a, s) in per_cell if a == agent and s not in training.get(agent, [])]
+        for agent in dict.fromkeys(r.agent for r in results)
+    }
+    tasks = len(results[0].successes) if results else 0
+    agents: dict[str, dict[str, Any]] = {}
+    for agent, panel in held_out.items():
+        per_task = np.mean([per_cell[(agent, s)] for s in panel], axis=0) if panel else None
+        agents[agent] = {
+            "panel": bootstrap_interval(per_task, seed=seed).as_dict() if panel else None,
+            "held_out": panel,
+            "training": list(training.get(agent, [])),
+            # against a second agent as spread as this one, tasks independent of it (no pairing gain)
+            "mde": minimum_detectable_difference(float(np.std(per_task, ddof=1)) * np.sqrt(2), tasks)
+            if panel and tasks > 1
+            else None,
+        }
+    pairs, shared = [], []
+    for a, b in itertools.combinations(held_out, 2):
+        common = [s for s in held_out[a] if s in held_out[b]]
+        if not common:
+            continue
+        first = np.mean([per_cell[(a, s)] for s in common], axis=0)
+        second = np.mean([per_cell[(b, s)] for s in common], axis=0)
+        pairs.append(paired_comparison(first, second, names=(a, b), seed=seed))
+        differences = first - second
+        sd = float(np.std(differences, ddof=1)) if len(differences) > 1 else 0.0
+        shared.append({"simulators": common, "mde": minimum_detectable_difference(sd, len(differences))})
     adjusted = holm([p.p_value for p in pairs])
-    comparisons = [{**p.as_dict(), "holm_p": q} for p, q in zip(pairs, adjusted)]
-    return {"cells": cells, "agents": agents, "comparisons": comparisons}
+    comparisons = [{**p.as_dict(), "holm_p": q, **extra} for p, q, extra in zip(pairs, adjusted, shared)]
+    return {
+        "cells": cells,
+        "agents": agents,
+        "comparisons": comparisons,
+        "tasks": tasks,
+        "trials": trials,
+        "alpha": ALPHA,
+        "power": POWER,
+    }
 
 
-def _estimate(value: dict[str, float]) -> str:
-    return f"{value['value']:.3f} [{value['low']:.3f}, {value['high']:.3f}]"
+def _estimate(value: dict[str, float] | None) -> str:
+    return "-" if value is None else f"{value['value']:.3f} [{value['low']:.3f}, {value['high']:.3f}]"
 
 
 def markdown(summary: dict[str, Any], settings: EvalSettings) -> str:
     agents = list(summary["agents"])
     simulators = list(dict.fromkeys(c["simulator"] for c in summary["cells"]))
     cell = {(c["agent"], c["simulator"]): c for c in summary["cells"]}
+    alpha, power = summary["alpha"], summary["power"]
+
+    def shown(agent: str, simulator: str) -> str:
+        if (agent, simulator) not in cell:
+            return "-"
+        text = _estimate(cell[(agent, simulator)]["success"])
+        return f"{text} (T)" if cell[(agent, simulator)]["training"] else text
+
     lines = [
         f"# Cross-play evaluation on {settings.env}",
         "",
         f"{settings.tasks} tasks of the {settings.split} split (seed {settings.seed}) x {settings.trials} trials per "
-        "cell. Success with bootstrap 95% intervals over tasks; panel: each task's success averaged over simulators.",
+        "cell. Success with bootstrap 95% intervals over tasks. (T): a simulator the agent trained against (read "
+        "from its run's config), left out of its panel. Held-out panel: each task's success averaged over the "
+        "agent's held-out simulators.",
         "",
         "## Success",
         "",
-        "| agent | " + " | ".join(simulators) + " | panel |",
-        "|---|" + "---|" * (len(simulators) + 1),
+        "| agent | " + " | ".join(simulators) + " | held-out panel | trained against |",
+        "|---|" + "---|" * (len(simulators) + 2),
     ]
     for agent in agents:
-        row = [_estimate(cell[(agent, s)]["success"]) if (agent, s) in cell else "-" for s in simulators]
-        lines.append(f"| {agent} | " + " | ".join(row) + f" | {_estimate(summary['agents'][agent])} |")
+        row = [shown(agent, s) for s in simulators]
+        info = summary["agents"][agent]
+        panel = _estimate(info["panel"]) if info["panel"] else "- (no held-out simulator)"
+        trained = ", ".join(info["training"]) or "-"
+        lines.append(f"| {agent} | " + " | ".join(row) + f" | {panel} | {trained} |")
     ks = range(1, settings.trials + 1)
     lines += [
         "",
-        "## Reward and pass^k",
+        "## Reward, pass^k and flips",
         "",
-        "| agent | simulator | reward | " + " | ".join(f"pass^{k}" for k in ks) + " |",
-        "|---|---|---|" + "---|" * len(ks),
+        "Flip rate: the chance that a task's outcome differs between two identical runs, 2c(n-c)/(n(n-1)) for c "
+        "successes in n trials, averaged over tasks; mixed: the share of tasks whose trials do not all agree.",
+        "",
+        "| agent | simulator | reward | " + " | ".join(f"pass^{k}" for k in ks) + " | flip rate | mixed |",
+        "|---|---|---|" + "---|" * (len(ks) + 2),
     ]
     for c in summary["cells"]:
         passes = " | ".join(f"{c['pass_k'][k]:.3f}" for k in ks)
-        lines.append(f"| {c['agent']} | {c['simulator']} | {_estimate(c['reward'])} | {passes} |")
+        flips = "- | -" if c["flip_rate"] is None else f"{c['flip_rate']:.3f} | {c['mixed_tasks']:.3f}"
+        label = f"{c['simulator']} (T)" if c["training"] else c["simulator"]
+        lines.append(f"| {c['agent']} | {label} | {_estimate(c['reward'])} | {passes} | {flips} |")
+    lines += [
+        "",
+        f"## Minimum detectable difference ({summary['tasks']} tasks x {summary['trials']} trials)",
+        "",
+        f"The smallest true difference in held-out panel success that a two-sided test at alpha = {alpha} detects "
+        f"with power {power} (normal approximation, (z(1-alpha/2) + z(power)) sd / sqrt(tasks)). Per agent: against "
+        "another agent as spread as this one, tasks not paired (sd of the difference = sqrt(2) x this agent's sd "
+        "over tasks); per pair below: from the observed sd of the paired differences.",
+        "",
+        "| agent | MDE |",
+        "|---|---|",
+    ]
+    for agent in agents:
+        mde = summary["agents"][agent]["mde"]
+        lines.append(f"| {agent} | {'-' if mde is None else f'{mde:.3f}'} |")
     if summary["comparisons"]:
         lines += [
             "",
-            "## Paired comparisons (same tasks, success over the panel)",
+            "## Paired comparisons (same tasks, success over the simulators held out from both)",
             "",
-            "| a | b | a - b [95% CI] | Wilcoxon p | Holm p |",
-            "|---|---|---|---|---|",
+            "| a | b | simulators | a - b [95% CI] | MDE | Wilcoxon p | Holm p |",
+            "|---|---|---|---|---|---|---|",
         ]
         for p in summary["comparisons"]:
             difference = {k: p[k] for k in ("value", "low", "high")}
-            lines.append(f"| {p['a']} | {p['b']} | {_estimate(difference)} | {p['p_value']:.3g} | {p['holm_p']:.3g} |")
+            lines.append(
+                f"| {p['a']} | {p['b']} | {', '.join(p['simulators'])} | {_estimate(difference)} | {p['mde']:.3f} "
+                f"| {p['p_value']:.3g} | {p['holm_p']:.3g} |"
+            )
     lines += ["", "![success of each agent against each simulator](heatmap.png)", ""]
     return "\n".join(lines)
 
@@ -323,16 +479,19 @@ def heatmap(summary: dict[str, Any], path: Path) -> Path:
     agents = list(summary["agents"])
     simulators = list(dict.fromkeys(c["simulator"] for c in summary["cells"]))
     values = np.full((len(agents), len(simulators)), np.nan)
+    trained = np.zeros(values.shape, dtype=bool)
     for c in summary["cells"]:
         values[agents.index(c["agent"]), simulators.index(c["simulator"])] = c["success"]["value"]
+        trained[agents.index(c["agent"]), simulators.index(c["simulator"])] = c["training"]
     figure, axis = plt.subplots(figsize=(1.6 + 1.5 * len(simulators), 1.2 + 0.55 * len(agents)))
     image = axis.imshow(values, cmap="viridis", vmin=0, vmax=1, aspect="auto")
     for (row, column), value in np.ndenumerate(values):
         if np.isfinite(value):
-            axis.text(column, row, f"{value:.2f}", ha="center", va="center", color="white" if value < 0.6 else "black")
+            text = f"{value:.2f} (T)" if trained[row, column] else f"{value:.2f}"
+            axis.text(column, row, text, ha="center", va="center", color="white" if value < 0.6 else "black")
     axis.set_xticks(range(len(simulators)), simulators, rotation=30, ha="right", fontsize=8)
     axis.set_yticks(range(len(agents)), agents, fontsize=8)
-    axis.set_xlabel("simulator")
+    axis.set_xlabel("simulator   ((T): trained against it, not in the held-out panel)")
     axis.set_ylabel("agent")
     figure.colorbar(image, ax=axis, label="success")
     figure.tight_layout()
@@ -355,7 +514,7 @@ def evaluate(
         if len(set(labels)) != len(labels):
             raise ValueError(f"two {kind}s have the same label: {labels}")
     results = run_cells(settings, agents, simulators, out, progress=progress)
-    summary = summarize(results, settings.trials, seed=settings.seed)
+    summary = summarize(results, settings.trials, seed=settings.seed, training=training_cells(agents, simulators))
     heatmap(summary, out / "heatmap.png")
     (out / "evaluation.json").write_text(json.dumps(summary, indent=1))
     path = out / "evaluation.md"

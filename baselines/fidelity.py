@@ -4,8 +4,12 @@ Each simulator plays the simulated side (the user by default) of the same scenar
 one agent policy (the env's scripted one by default). Where the benchmark registered human
 reference data (`register_dialogue_env(..., human_reference=...)`), the scenarios are those of
 the recorded human conversations, and the report compares the simulator with the people on
-them: the outcome distribution (Wasserstein, KS), turn length, the distribution of dialogue acts
-(Jensen-Shannon distance), lexical diversity and diversity across personas. Without human data
+them: the outcome distribution (stated against stated; actual against actual where the env
+records it) and per-conversation turn length, each as Wasserstein-1 with a bootstrap interval
+beside the people's split-half floor; the distribution of dialogue acts (Jensen-Shannon distance)
+beside the people's split-half distance and the act tagger's own floor (the tagger's turn-level
+agreement with human labels is reported); lexical diversity (also at one sample size for all
+rows) and diversity across personas. Without human data
 the report gives the diversity part for the env's scenarios. The people's own diversity is a row
 of the same table, so "how collapsed" reads against the human level.
 
@@ -69,7 +73,7 @@ def fidelity_report(
 ) -> dict[str, Any]:
     """The fidelity and diversity numbers of each simulator (and of the people, where known)."""
     from baselines.evaluate import build_simulators
-    from sims.fidelity import compare, diversity
+    from sims.fidelity import compare, diversity, word_count
 
     env_kwargs = env_kwargs or {}
     info = find_env(env_name)
@@ -88,16 +92,17 @@ def fidelity_report(
         "conversations": len(task_ids) if task_ids is not None else conversations,
         "reference": reference.source if reference is not None else None,
         "outcome": reference.outcome if reference is not None else None,
+        "actual_outcome": reference.actual_outcome if reference is not None else None,
+        "tagger": reference.act_quality if reference is not None else None,
         "rows": [],
     }
+    played: list[tuple[str, list[list[str]], list[dict[str, Any]]]] = []
     if reference is not None:
-        human_turns = [list(c.turns) for c in reference.conversations]
-        report["rows"].append(
-            {
-                "simulator": "people",
-                "diversity": diversity(human_turns, act_of).as_dict(),
-                "outcome_mean": _mean([c.outcome for c in reference.conversations]),
-            }
+        human = reference.conversations
+        played.append(("people", [list(c.turns) for c in human], []))
+        both = [(c.outcome, c.actual) for c in human if c.outcome is not None and c.actual is not None]
+        report["people_stated_is_actual"] = (
+            {"share": sum(abs(s - a) < 1e-9 for s, a in both) / len(both), "dialogues": len(both)} if both else None
         )
     for spec in simulator_specs:
         for player in build_simulators(spec, env, side):
@@ -117,18 +122,38 @@ def fidelity_report(
                 seed=seed,
                 env_kwargs=env_kwargs,
             )
-            row: dict[str, Any] = {"simulator": player.label, "diversity": diversity(turns, act_of).as_dict()}
-            if reference is not None:
-                outcomes = [c.get(reference.outcome) for c in components] if reference.outcome else []
-                row["outcome_mean"] = _mean(outcomes)
-                row["fidelity"] = compare(
-                    turns,
-                    human_turns,
-                    simulated_outcomes=outcomes,
-                    human_outcomes=[c.outcome for c in reference.conversations],
-                    act_of=act_of,
-                ).as_dict()
+            played.append((player.label, turns, components))
+    # distinct-n falls as a sample grows: every row is also measured at the smallest row's size
+    words = min(sum(word_count(t) for c in turns for t in c) for _, turns, _ in played)
+    report["equal_words"] = words
+    for label, turns, components in played:
+        row: dict[str, Any] = {
+            "simulator": label,
+            "diversity": diversity(turns, act_of, equal_words=words or None, seed=seed).as_dict(),
+        }
+        if reference is None:
             report["rows"].append(row)
+            continue
+        if label == "people":
+            row["outcome_mean"] = _mean([c.outcome for c in reference.conversations])
+            row["actual_mean"] = _mean([c.actual for c in reference.conversations])
+            report["rows"].append(row)
+            continue
+        outcomes = [c.get(reference.outcome) for c in components] if reference.outcome else []
+        actual = [c.get(reference.actual_outcome) for c in components] if reference.actual_outcome else []
+        row["outcome_mean"] = _mean(outcomes)
+        row["fidelity"] = compare(
+            turns,
+            played[0][1],
+            simulated_outcomes=outcomes,
+            human_outcomes=[c.outcome for c in reference.conversations],
+            simulated_actual=actual,
+            human_actual=[c.actual for c in reference.conversations] if actual else [],
+            act_of=act_of,
+            tagger_floor=(reference.act_quality or {}).get("floor"),
+            seed=seed,
+        ).as_dict()
+        report["rows"].append(row)
     return report
 
 
@@ -141,47 +166,95 @@ def _number(value: Any, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _gap(gap: dict[str, Any] | None, digits: int = 3) -> str:
+    if not gap:
+        return "- | -"
+    return (
+        f"{gap['wasserstein']:.{digits}f} [{gap['low']:.{digits}f}, {gap['high']:.{digits}f}] "
+        f"(n {gap['n_simulated']} / {gap['n_human']}) | {gap['human_floor']:.{digits}f}"
+    )
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# Simulator fidelity on {report['env']} ({report['side']} side)",
         "",
         f"{report['conversations']} conversations of the {report['split']} split against the `{report['agent']}` "
         f"agent. Human reference: {report['reference'] or 'none registered for this env (diversity only)'}.",
+    ]
+    tagger = report.get("tagger")
+    if tagger:
+        f1 = ", ".join(f"{act} {value:.2f}" for act, value in sorted(tagger["f1"].items()))
+        lines += [
+            "",
+            "## The act tagger, at the unit it labels (a turn)",
+            "",
+            f"Against the human annotation of {tagger['units']} turns: accuracy {tagger['accuracy']:.3f} (always the "
+            f"most frequent act: {tagger['majority']:.3f}), Cohen's kappa {tagger['kappa']:.3f}; F1 per act: {f1}. "
+            f"Its floor: the JS distance between the act shares it reports and the annotators' is "
+            f"{tagger['floor']:.3f}; act distances of that size can be the tagger's error alone.",
+        ]
+    lines += [
         "",
-        "## Diversity (higher = more varied; entropies in bits)",
+        f"## Diversity (higher = more varied; entropies in bits; distinct-n also at {report['equal_words']} words)",
         "",
-        "| simulator | turns | words/turn | distinct-1 | distinct-2 | first-reply entropy | unique first replies "
-        "| first-reply cluster entropy | first-act entropy | act entropy |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "distinct-n falls as a sample grows, so the @words columns compare every row at the smallest row's size "
+        "(whole turns drawn at random, 20 draws averaged).",
+        "",
+        "| simulator | turns | words/turn | distinct-1 | distinct-2 | distinct-1 @words | distinct-2 @words | "
+        "first-reply entropy | unique first replies | first-reply cluster entropy | first-act entropy | act entropy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in report["rows"]:
         d = row["diversity"]
         lines.append(
             f"| {row['simulator']} | {d['turns_per_conversation']:.1f} | {d['words_per_turn']:.1f} | "
-            f"{d['distinct_1']:.3f} | {d['distinct_2']:.3f} | {d['first_reply_entropy']:.2f} | "
+            f"{d['distinct_1']:.3f} | {d['distinct_2']:.3f} | {_number(d['distinct_1_equal'])} | "
+            f"{_number(d['distinct_2_equal'])} | {d['first_reply_entropy']:.2f} | "
             f"{d['first_reply_unique_share']:.2f} | {d['first_reply_cluster_entropy']:.2f} | "
             f"{_number(d['first_act_entropy'], 2)} | {_number(d['act_entropy'], 2)} |"
         )
     compared = [row for row in report["rows"] if "fidelity" in row]
     if compared:
         outcome = report["outcome"]
+        people = report["rows"][0]
+        agreement = report.get("people_stated_is_actual")
         lines += [
             "",
-            f"## Against the people (lower distance = closer; {outcome} and turn length in words)",
+            "## Against the people (lower distance = closer)",
             "",
-            f"| simulator | mean {outcome} (people {_number(report['rows'][0]['outcome_mean'])}) | "
-            f"{outcome} Wasserstein | {outcome} KS (p) | length Wasserstein | length KS (p) | act JS distance |",
-            "|---|---|---|---|---|---|---|",
+            f"Wasserstein-1 distances with a bootstrap 95% interval (both samples resampled, 1000 times) and n "
+            "simulated / human; floor: the people's own split-half distance (two random halves of the human "
+            "sample, averaged), the distance below which a simulator is as close to people as people are to each "
+            f"other. {outcome}: the amount stated in the conversation, against what people stated where the corpus "
+            f"annotates it (people: mean {_number(people.get('outcome_mean'))}). Actual {outcome}: "
+            + (
+                "compared where the env records it."
+                if report.get("actual_outcome")
+                else f"not compared, as the env records only what a simulator states (people: mean actual "
+                f"{_number(people.get('actual_mean'))})."
+            )
+            + (
+                f" People's stated and actual amounts agree in {agreement['share']:.0%} of the "
+                f"{agreement['dialogues']} dialogues with both."
+                if agreement
+                else ""
+            )
+            + " Turn length: each conversation's mean words per turn (turns of one conversation are not "
+            "independent). Acts: JS distance of act shares over turns, beside the people's split-half distance and "
+            "the tagger's floor.",
+            "",
+            f"| simulator | mean stated {outcome} | stated {outcome} W1 [95% CI] | floor | actual {outcome} W1 "
+            "| floor | words/turn W1 [95% CI] | floor | act JS | people split-half | tagger floor |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for row in compared:
             f = row["fidelity"]
-            o, n = f["outcome"], f["length"]
-            outcome_cells = (
-                f"{o['wasserstein']:.3f} | {o['ks_statistic']:.3f} ({o['ks_p_value']:.2g})" if o else "- | -"
-            )
+            acts = f["acts"] or {}
             lines.append(
-                f"| {row['simulator']} | {_number(row['outcome_mean'])} | {outcome_cells} | {n['wasserstein']:.2f} | "
-                f"{n['ks_statistic']:.3f} ({n['ks_p_value']:.2g}) | {_number(f['act_js_distance'])} |"
+                f"| {row['simulator']} | {_number(row['outcome_mean'])} | {_gap(f['outcome'])} | {_gap(f['actual'])} "
+                f"| {_gap(f['length'], 2)} | {_number(acts.get('distance'))} | {_number(acts.get('human_floor'))} "
+                f"| {_number(acts.get('tagger_floor'))} |"
             )
     acts = [row for row in report["rows"] if row["diversity"].get("acts")]
     if acts:

@@ -8,6 +8,9 @@
   bootstrap interval and a Wilcoxon signed-rank p-value.
 * `welch_test` and `holm`: two independent groups of runs (seeds), and Holm's step-down
   correction of a family of p-values.
+* `flip_rate`: how often a task's outcome differs between two identical runs.
+* `minimum_detectable_difference`: the smallest true difference a two-sided test over n paired
+  tasks detects with the given power (normal approximation).
 """
 
 from __future__ import annotations
@@ -209,9 +212,48 @@ def paired_t_test(a: Sequence[float], b: Sequence[float], *, confidence: float =
 
 def minimum_detectable_effect(sd: float, n: int, *, alpha: float = 0.05, power: float = 0.8) -> float:
     """The smallest mean paired difference a two-sided paired t-test at level `alpha` detects with
-    probability `power` over `n` pairs whose differences have standard deviation `sd`."""
+    probability `power` over `n` pairs whose differences have standard deviation `sd`: Student's t
+    quantiles, for the few seeds of a study (`minimum_detectable_difference` is its normal form for
+    many tasks)."""
     from scipy import stats
 
     if n < 2:
         return math.inf
     return float((stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(power, n - 1)) * sd / math.sqrt(n))
+
+
+def flip_rate_per_task(successes: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:
+    """Per task, the chance that two of its trials drawn without replacement disagree:
+    `2 c (n - c) / (n (n - 1))` for c successes in n trials (an unbiased estimate of `2 p (1 - p)`)."""
+    array = _tasks_by_trials(successes)
+    trials = array.shape[1]
+    if trials < 2:
+        raise ValueError("a flip rate needs at least two trials per task")
+    counts = array.sum(axis=1)
+    return 2 * counts * (trials - counts) / (trials * (trials - 1))
+
+
+def flip_rate(successes: Sequence[Sequence[float]] | np.ndarray) -> float:
+    """The chance that a task's outcome flips between two identical runs, averaged over tasks."""
+    return float(flip_rate_per_task(successes).mean())
+
+
+def mixed_share(successes: Sequence[Sequence[float]] | np.ndarray) -> float:
+    """The share of tasks whose trials do not all agree (grows with the number of trials)."""
+    array = _tasks_by_trials(successes)
+    return float(np.mean(array.min(axis=1) != array.max(axis=1)))
+
+
+ALPHA = 0.05
+POWER = 0.8
+
+
+def minimum_detectable_difference(sd: float, n: int, *, alpha: float = ALPHA, power: float = POWER) -> float:
+    """`(z_{1 - alpha/2} + z_{power}) * sd / sqrt(n)`: the true mean difference that a two-sided
+    test at level `alpha` over `n` paired units, whose differences have standard deviation `sd`,
+    detects with probability `power`."""
+    from scipy import stats
+
+    if n < 1 or sd < 0 or not 0 < alpha < 1 or not 0 < power < 1:
+        raise ValueError("minimum_detectable_difference needs n >= 1, sd >= 0, 0 < alpha < 1 and 0 < power < 1")
+    return float((stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) * sd / math.sqrt(n))

@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 
 from baselines.cli import main
 from baselines.config import TrainConfig
-from baselines.evaluate import EvalSettings, evaluate, summarize
+from baselines.evaluate import CellResult, EvalSettings, evaluate, summarize
 from baselines.stats import pass_hat_k
 from baselines.trainer import Trainer
 
@@ -130,3 +130,67 @@ def test_the_command_writes_the_table_the_heatmap_and_the_tests(tmp_path, capsys
     printed = capsys.readouterr().out
     assert "Paired comparisons" in printed and "vs3(family:0@3)" in printed
     assert {p.name for p in tmp_path.iterdir()} >= {"evaluation.md", "evaluation.json", "heatmap.png", "cells"}
+
+
+def test_the_panel_leaves_out_the_simulators_a_run_trained_against(tmp_path):
+    run = tmp_path / "single-run"
+    config = TrainConfig(
+        env=ENV,
+        policy="linear",
+        method="single",
+        simulators=["family:0@3/spread1"],  # another spelling of the panel's family:0@3
+        eval_simulators=["family:100"],
+        steps=2,
+        groups_per_step=2,
+        group_size=2,
+        micro_batch=4,
+        eval_every=2,
+        eval_tasks=2,
+        tensorboard=False,
+        output_dir=str(run),
+    ).validate()
+    Trainer(config).run(progress=False)
+    out = tmp_path / "eval"
+    simulators = ["family:0@3", "family:100", "vs3:family:0@3", "family:101"]
+    evaluate(SETTINGS, [str(run), "linear"], simulators, out, progress=False)
+    summary = json.loads((out / "evaluation.json").read_text())
+    trained = summary["agents"]["single-run"]
+    assert trained["training"] == ["family:0@3", "vs3(family:0@3)"]
+    assert trained["held_out"] == ["family:100", "family:101"]
+    cells = {
+        (c["agent"], c["simulator"]): c for c in (json.loads(p.read_text()) for p in (out / "cells").glob("*.json"))
+    }
+    held_out = np.mean([np.mean(cells[("single-run", s)]["successes"], axis=1) for s in trained["held_out"]], axis=0)
+    assert trained["panel"]["value"] == pytest.approx(held_out.mean())
+    untrained = summary["agents"]["linear"]
+    assert untrained["training"] == [] and len(untrained["held_out"]) == 4
+    [comparison] = summary["comparisons"]
+    assert comparison["simulators"] == ["family:100", "family:101"], "pairs compare on what both were not trained on"
+    marked = {(c["agent"], c["simulator"]) for c in summary["cells"] if c["training"]}
+    assert marked == {("single-run", "family:0@3"), ("single-run", "vs3(family:0@3)")}
+    text = (out / "evaluation.md").read_text()
+    assert "(T)" in text and "| family:0@3, vs3(family:0@3) |" in text
+
+
+def test_a_run_trained_on_the_whole_panel_has_no_held_out_panel():
+    cell = CellResult("ceiling", "sim", ["t0", "t1"], [[1, 0], [1, 1]], [[1, 0], [1, 1]])
+    summary = summarize([cell], trials=2, training={"ceiling": ["sim"]})
+    assert summary["agents"]["ceiling"]["panel"] is None and summary["agents"]["ceiling"]["mde"] is None
+    assert summary["cells"][0]["training"]
+
+
+def test_flip_rate_and_minimum_detectable_difference_on_hand_built_cells():
+    from scipy import stats
+
+    a = CellResult("a", "sim", ["t0", "t1", "t2", "t3"], [[1, 1, 1], [0, 0, 0], [1, 0, 0], [1, 1, 0]], [[0] * 3] * 4)
+    b = CellResult("b", "sim", a.scenario_ids, [[1, 1, 1], [1, 0, 0], [0, 0, 0], [0, 0, 0]], [[0] * 3] * 4)
+    summary = summarize([a, b], trials=3)
+    flips = {c["agent"]: (c["flip_rate"], c["mixed_tasks"]) for c in summary["cells"]}
+    assert flips["a"] == (pytest.approx(1 / 3), 0.5) and flips["b"] == (pytest.approx(1 / 6), 0.25)
+    assert summary["cells"][0]["task_flip_rates"] == pytest.approx([0, 0, 2 / 3, 2 / 3]), "each task's own"
+    z = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
+    per_task_a = np.array([1, 0, 1 / 3, 2 / 3])
+    assert summary["agents"]["a"]["mde"] == pytest.approx(z * np.sqrt(2) * per_task_a.std(ddof=1) / 2)
+    differences = per_task_a - np.array([1, 1 / 3, 0, 0])
+    assert summary["comparisons"][0]["mde"] == pytest.approx(z * differences.std(ddof=1) / 2)
+    assert (summary["alpha"], summary["power"], summary["tasks"], summary["trials"]) == (0.05, 0.8, 4, 3)

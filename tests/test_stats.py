@@ -10,7 +10,10 @@ pytest.importorskip("scipy")
 
 from baselines.stats import (
     bootstrap_interval,
+    flip_rate,
     holm,
+    minimum_detectable_difference,
+    mixed_share,
     paired_comparison,
     pass_hat_k,
     pass_hat_k_per_task,
@@ -99,3 +102,25 @@ def test_holm_adjusts_step_down_and_keeps_the_order():
     assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     assert holm([0.5, 0.9]) == [1.0, 1.0]
     assert holm([]) == []
+
+
+def test_flip_rate_is_the_chance_two_trials_of_a_task_disagree():
+    successes = [[1, 1, 1], [0, 0, 0], [1, 0, 0], [1, 1, 0]]
+    assert flip_rate(successes) == pytest.approx((0 + 0 + 2 / 3 + 2 / 3) / 4)
+    assert mixed_share(successes) == 0.5
+    by_pairs = np.mean([[a != b for a, b in itertools.combinations(task, 2)] for task in successes])
+    assert flip_rate(successes) == pytest.approx(by_pairs)
+    with pytest.raises(ValueError, match="at least two trials"):
+        flip_rate([[1], [0]])
+
+
+def test_the_minimum_detectable_difference_has_its_stated_power():
+    assert minimum_detectable_difference(0.5, 100) == pytest.approx((1.959964 + 0.841621) * 0.05, rel=1e-5)
+    mde = minimum_detectable_difference(1.0, 50)
+    rng = np.random.default_rng(0)
+    samples = rng.normal(mde, 1.0, size=(20000, 50))
+    z = samples.mean(axis=1) / (1.0 / math.sqrt(50))
+    assert np.mean(np.abs(z) > 1.959964) == pytest.approx(0.8, abs=0.01)
+    assert minimum_detectable_difference(1.0, 50, power=0.9) > mde
+    with pytest.raises(ValueError):
+        minimum_detectable_difference(1.0, 0)

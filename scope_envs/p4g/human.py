@@ -20,12 +20,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from scope_envs.core.agreement import TaggerQuality, tagger_quality
 from scope_envs.core.dialogue import USER
 from scope_envs.core.reference import HumanConversation, HumanReference
-from scope_envs.p4g.donation import parse_donation
+from scope_envs.p4g.donation import MAX_DONATION, parse_donation
 
 DIALOG_FILE = "full_dialog.csv"
 ANNOTATED_FILE = "300_dialog.xlsx"
+ANNOTATED_INFO_FILE = "300_info.xlsx"
 PERSUADEE_ROLE = "1"
 
 ACTS = (
@@ -97,14 +99,43 @@ def persuadee_act(text: str) -> str:
     return "neutral-reaction"
 
 
+def join_turns(units: list[tuple[int, int, str]]) -> list[str]:
+    """Sentences `(turn, order, text)` of one speaker joined into turns, in order: the corpus
+    stores one row per sentence, a simulator speaks a turn at a time."""
+    turns: dict[int, list[str]] = defaultdict(list)
+    for turn, _, text in sorted(units):
+        turns[turn].append(text)
+    return [" ".join(texts) for _, texts in sorted(turns.items())]
+
+
 def dialogue_turns(dialog_csv: Path, role: str = PERSUADEE_ROLE) -> dict[str, list[str]]:
     """Each dialogue's turns by one role (`"0"` persuader, `"1"` persuadee), in order."""
-    turns: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
+    units: dict[str, list[tuple[int, int, str]]] = defaultdict(list)
     with dialog_csv.open(newline="", encoding="utf-8") as handle:
         for row_number, row in enumerate(csv.DictReader(handle)):
             if str(row["B4"]).strip() == role:
-                turns[row["B2"].strip()].append((int(row["Turn"]), row_number, row["Unit"].strip()))
-    return {dialogue: [text for _, _, text in sorted(items)] for dialogue, items in turns.items()}
+                units[row["B2"].strip()].append((int(row["Turn"]), row_number, row["Unit"].strip()))
+    return {dialogue: join_turns(items) for dialogue, items in units.items()}
+
+
+def stated_donations(folder: Path) -> dict[str, float]:
+    """The donation each annotated persuadee stated in the dialogue (`300_info.xlsx`, B5), by
+    dialogue; empty without the file or openpyxl. Out-of-range amounts are left out."""
+    path = folder / ANNOTATED_INFO_FILE
+    try:
+        from openpyxl import load_workbook
+    except ImportError:
+        return {}
+    if not path.is_file():
+        return {}
+    rows = load_workbook(path, read_only=True).active.iter_rows(values_only=True)
+    header = [str(h) for h in next(rows)]
+    stated = {}
+    for values in rows:
+        row = dict(zip(header, values))
+        if row["B4"] == 1 and isinstance(row["B5"], (int, float)) and 0 <= row["B5"] <= MAX_DONATION:
+            stated[str(row["B2"]).strip()] = float(row["B5"])
+    return stated
 
 
 def corpus_folder(env: Any) -> Path:
@@ -123,45 +154,66 @@ def corpus_folder(env: Any) -> Path:
 
 
 def human_reference(env: Any, *, split: str = "test", limit: int | None = None) -> HumanReference:
-    """The human persuadees of the env's `split` dialogues that have text (the first `limit`)."""
+    """The human persuadees of the env's `split` dialogues that have text (the first `limit`): their
+    turns, the donation they stated where the corpus annotates it (the env's `donation` is the
+    amount a simulator states), and the donation they actually made (`full_info.csv`, B6)."""
     folder = corpus_folder(env)
     turns = dialogue_turns(folder / DIALOG_FILE)
+    stated = stated_donations(folder)
     pairs = {pair.dialogue_id: pair for pair in env.pairs}
     conversations = []
     for task_id in env.task_ids(split):
         if turns.get(task_id):
-            donation = pairs[task_id].persuadee.donation
-            conversations.append(HumanConversation(task_id, tuple(turns[task_id]), donation))
+            actual = pairs[task_id].persuadee.donation
+            conversations.append(HumanConversation(task_id, tuple(turns[task_id]), stated.get(task_id), actual))
         if limit is not None and len(conversations) >= limit:
             break
     if not conversations:
         raise ValueError(f"no {split} dialogue of {folder} has its text in {DIALOG_FILE}")
+    quality = None
+    if (folder / ANNOTATED_FILE).is_file():
+        try:
+            quality = annotation_agreement(folder).as_dict()
+        except ImportError:
+            quality = None
     return HumanReference(
         side=USER,
         conversations=tuple(conversations),
         outcome="donation",
         act_of=persuadee_act,
-        source=f"Persuasion for Good persuadees ({folder / DIALOG_FILE}, donations from full_info.csv)",
+        source=(
+            f"Persuasion for Good persuadees ({folder / DIALOG_FILE}; stated donations from {ANNOTATED_INFO_FILE}, "
+            "actual ones from full_info.csv)"
+        ),
+        actual_outcome=None,  # the env records what a simulator states, not what it would pay
+        act_quality=quality,
     )
 
 
-def annotation_agreement(folder: Path) -> tuple[float, float, int]:
-    """Agreement of `persuadee_act` with the corpus annotation of 300 dialogues (`300_dialog.xlsx`,
-    one label per persuadee sentence, mapped by `ANNOTATION_TO_ACT`): accuracy, the accuracy of
-    always answering the most frequent act, and the number of sentences. Needs openpyxl."""
-    from collections import Counter
-
+def annotated_turns(folder: Path) -> list[tuple[str, str]]:
+    """The persuadee turns of the 300 annotated dialogues (`300_dialog.xlsx`): each turn's text
+    (its sentences joined) and its human act: the most decisive (first in `ACTS`) of its
+    sentences' labels mapped by `ANNOTATION_TO_ACT`, as the tagger picks one act per turn. Needs openpyxl."""
     from openpyxl import load_workbook
 
-    sheet = load_workbook(folder / ANNOTATED_FILE, read_only=True).active
-    rows = sheet.iter_rows(values_only=True)
+    rows = load_workbook(folder / ANNOTATED_FILE, read_only=True).active.iter_rows(values_only=True)
     header = [str(h) for h in next(rows)]
-    pairs = []
-    for values in rows:
+    units: dict[tuple[str, int], list[tuple[int, str, str]]] = defaultdict(list)
+    for order, values in enumerate(rows):
         row = dict(zip(header, values))
         if row["B4"] == 1 and row["ee_label_1"] and row["Unit"]:
-            expected = ANNOTATION_TO_ACT.get(str(row["ee_label_1"]).strip().lower(), "neutral-reaction")
-            pairs.append((expected, persuadee_act(str(row["Unit"]))))
-    correct = sum(expected == predicted for expected, predicted in pairs)
-    majority = Counter(expected for expected, _ in pairs).most_common(1)[0][1]
-    return correct / len(pairs), majority / len(pairs), len(pairs)
+            act = ANNOTATION_TO_ACT.get(str(row["ee_label_1"]).strip().lower(), "neutral-reaction")
+            units[(str(row["B2"]), int(row["Turn"]))].append((order, str(row["Unit"]).strip(), act))
+    turns = []
+    for _, sentences in sorted(units.items()):
+        sentences.sort()
+        text = " ".join(unit for _, unit, _ in sentences)
+        turns.append((text, min((act for _, _, act in sentences), key=ACTS.index)))
+    return turns
+
+
+def annotation_agreement(folder: Path) -> TaggerQuality:
+    """`persuadee_act` against the corpus annotation at the unit it is applied to, a turn
+    (`annotated_turns`): accuracy, majority baseline, Cohen's kappa, per-act F1 and its floor."""
+    turns = annotated_turns(folder)
+    return tagger_quality([act for _, act in turns], [persuadee_act(text) for text, _ in turns])

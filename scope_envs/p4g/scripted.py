@@ -75,6 +75,12 @@ def _z(traits: dict[str, Any], name: str) -> float:
     return (float(value) - mean) / sd if isinstance(value, (int, float)) else 0.0
 
 
+def strategy_weight(strategy: str, traits: dict[str, Any]) -> float:
+    """What one use of a strategy is worth to a persona: `1 + 0.5 * affinity`, at least 0."""
+    affinity = float(np.mean([_z(traits, t) for t in STRATEGY_AFFINITY[strategy]]))
+    return max(0.0, 1.0 + 0.5 * affinity)
+
+
 def detect_strategies(text: str) -> set[str]:
     lowered = text.lower()
     return {name for name, cues in STRATEGY_CUES.items() if any(cue in lowered for cue in cues)}
@@ -103,7 +109,7 @@ class ScriptedPersuadee(ScriptedSimulator):
             return str(
                 rng.choice(["Glad I could help.", "Happy to do it. Thanks for telling me about it.", "You're welcome!"])
             )
-        score = self.persuasion(heard, traits)
+        score = self.score(messages, traits)
         leaning = _z(traits, "power") + _z(traits, "hedonism") - _z(traits, "benevolence") - _z(traits, "universalism")
         threshold = self.reluctance + 0.5 * leaning + float(rng.normal(0.0, 1.0))
         last = heard[-1] if heard else ""
@@ -124,18 +130,19 @@ class ScriptedPersuadee(ScriptedSimulator):
             f"That sounds like a good cause. [DONATE ${amount:.2f}]",
         ]))  # fmt: skip
 
+    def score(self, messages: list[Message], traits: dict[str, Any]) -> float:
+        """How persuaded the conversation so far has left it (compared with its threshold)."""
+        return self.persuasion(self.heard(messages), traits)
+
     @staticmethod
     def persuasion(heard: list[str], traits: dict[str, Any]) -> float:
         counts: dict[str, int] = {}
         for text in heard:
             for strategy in detect_strategies(text):
                 counts[strategy] = counts.get(strategy, 0) + 1
-        score = 0.0
-        for strategy, count in counts.items():
-            affinity = float(np.mean([_z(traits, t) for t in STRATEGY_AFFINITY[strategy]]))
-            weight = max(0.0, 1.0 + 0.5 * affinity)
-            score += weight * (1.0 + (min(count, 3) - 1) / 3)
-        return score
+        return sum(
+            strategy_weight(strategy, traits) * (1.0 + (min(count, 3) - 1) / 3) for strategy, count in counts.items()
+        )
 
     @staticmethod
     def react(last: str, margin: float, rng: np.random.Generator) -> str:
