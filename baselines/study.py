@@ -42,6 +42,10 @@ PILOT_SEEDS = tuple(range(100, 105))
 SEEDS = tuple(range(10))
 ALPHA = 0.05
 POWER = 0.8
+# The pre-registered follow-up (preregistration.md, "Follow-up"): the cell with the pilot's largest
+# G, at the seeds the pilot's power analysis asks for; its own runs folder and record.
+FOLLOW_UP_SEEDS = tuple(range(20, 40))
+FOLLOW_UP_OUT = "runs/study-v1-followup"
 FINAL = "final.json"
 LIBRARIES = ("numpy", "torch", "scipy", "gymnasium", "pettingzoo")
 
@@ -59,6 +63,9 @@ class Cell:
     def parse(cls, name: str) -> Cell:
         gamma, spread = name.removeprefix("gamma").split("-spread")
         return cls(float(gamma), float(spread))
+
+
+FOLLOW_UP_CELL = Cell(10.0, 1.0)
 
 
 def grid() -> list[Cell]:
@@ -194,8 +201,23 @@ def pilot_control(out: Path) -> dict[str, dict[str, float]]:
             continue
         gap = paired_t_test([h["heldout_success"] for h in heldout], [s["heldout_success"] for s in single])
         mde = minimum_detectable_effect(gap.sd, len(SEEDS), alpha=ALPHA / confirmatory_tests(), power=POWER)
-        table[cell.name] = {**gap.as_dict(), "mde_at_confirmatory_seeds": mde, "qualifies": gap.difference >= mde}
+        table[cell.name] = {
+            **gap.as_dict(),
+            "mde_at_confirmatory_seeds": mde,
+            "qualifies": gap.difference >= mde,
+            "seeds_for_mde_at_g": seeds_needed(gap.difference, gap.sd),
+        }
     return table
+
+
+def seeds_needed(gap: float, sd: float, limit: int = 1000) -> int | None:
+    """Exploratory: the fewest seeds at which the MDE (same alpha and power) would reach `gap`."""
+    from baselines.stats import minimum_detectable_effect
+
+    if gap <= 0:
+        return None
+    alpha = ALPHA / confirmatory_tests()
+    return next((n for n in range(2, limit) if minimum_detectable_effect(sd, n, alpha=alpha, power=POWER) <= gap), None)
 
 
 @dataclass(frozen=True)
@@ -258,21 +280,22 @@ def write_results(out: Path, docs: Path) -> Path:
         f"difference a paired t-test detects at {len(SEEDS)} seeds with power {POWER}, alpha {ALPHA} / "
         f"{confirmatory_tests()} (the family's largest size). A cell qualifies for remedy tests when G >= MDE.",
         "",
-        "| gamma | spread | G [95% CI] | SD of paired differences | MDE | qualifies |",
-        "|---|---|---|---|---|---|",
+        "| gamma | spread | G [95% CI] | SD of paired differences | MDE | qualifies "
+        "| seeds for MDE <= G (exploratory) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, row in control.items():
         cell = Cell.parse(name)
         gap = f"{row['difference']:+.3f} [{row['low']:+.3f}, {row['high']:+.3f}]"
         lines.append(
             f"| {cell.gamma:g} | {cell.spread:g} | {gap} | {row['sd']:.3f} | {row['mde_at_confirmatory_seeds']:.3f} | "
-            f"{'yes' if row['qualifies'] else 'no'} |"
+            f"{'yes' if row['qualifies'] else 'no'} | {row['seeds_for_mde_at_g'] or '-'} |"
         )
     if not qualifying:
         lines += [
             "",
-            "**No cell qualifies**: on this testbed a perfect remedy would gain less than the study could "
-            "detect, so no remedy is tested and no remedy result is called.",
+            f"**No cell qualifies**: in every cell the gap a perfect remedy would close (G) is below what {len(SEEDS)} "
+            "seeds can detect (the MDE), so no remedy is tested and no remedy result is called.",
         ]
     else:
         lines += [
@@ -308,6 +331,12 @@ def write_results(out: Path, docs: Path) -> Path:
                 f"| {label} | {t.cell.gamma:g} | {t.cell.spread:g} | {_signed(t.result)} | {t.result.p_value:.2g} | "
                 f"{t.adjusted_p:.2g} | {t.verdict} |"
             )
+    follow_up = Path(FOLLOW_UP_OUT) if out == Path("runs/study-v1") else out.with_name(out.name + "-followup")
+    record_follow_up: dict[str, Any] = {}
+    if follow_up.is_dir():
+        extra, record_follow_up = follow_up_lines(follow_up)
+        lines += ["", *extra]
+        write_record(follow_up, docs / "runs-followup.jsonl")
     (docs / "results.md").write_text("\n".join(lines) + "\n")
     record = {
         "positive_control": control,
@@ -323,9 +352,62 @@ def write_results(out: Path, docs: Path) -> Path:
             for t in tests
         ],
     }
+    record["follow_up"] = record_follow_up
     (docs / "results.json").write_text(json.dumps(record, indent=1) + "\n")
     write_record(out, docs / "runs.jsonl")
     return docs / "results.md"
+
+
+def follow_up_lines(out: Path) -> tuple[list[str], dict[str, Any]]:
+    """The follow-up's tests: G confirmed first (paired t, alpha 0.05); then, only if it is,
+    H1 and H2 with Holm over the two."""
+    from baselines.stats import holm, paired_t_test
+
+    cell, seeds = FOLLOW_UP_CELL, FOLLOW_UP_SEEDS
+    finals = {arm: load_finals(out, cell, arm, seeds) for arm in ARMS}
+    if any(len(v) < len(seeds) for v in finals.values()):
+        done = {arm: len(v) for arm, v in finals.items()}
+        return [f"The follow-up is incomplete ({done} of {len(seeds)} seeds per arm): not analysed."], {}
+    success = {arm: [f["heldout_success"] for f in v] for arm, v in finals.items()}
+    gap = paired_t_test(success["heldout"], success["single"])
+    confirmed = gap.difference > 0 and gap.p_value < ALPHA
+    lines = [
+        f"## Follow-up: gamma {cell.gamma:g}, spread {cell.spread:g}, seeds {seeds[0]}-{seeds[-1]}",
+        "",
+        "| arm | held-out success | other families |",
+        "|---|---|---|",
+        *(
+            f"| {LABELS[arm]} | {_interval(success[arm])} | {_interval([f['panel_success'] for f in finals[arm]])} |"
+            for arm in ARMS
+        ),
+        "",
+        f"Positive control: G = {_signed(gap)}, paired t-test p = {gap.p_value:.2g}: "
+        + ("**confirmed**." if confirmed else "**not confirmed**, so no remedy result is called."),
+    ]
+    record: dict[str, Any] = {
+        "cell": cell.name,
+        "seeds": len(seeds),
+        "positive_control": gap.as_dict(),
+        "confirmed": confirmed,
+        "tests": [],
+    }
+    if confirmed:
+        results = {r: paired_t_test(success[r], success["single"]) for r in REMEDIES}
+        adjusted = dict(zip(results, holm([t.p_value for t in results.values()])))
+        lines += [
+            "",
+            "| hypothesis | remedy - single [95% CI] | p | Holm p | share of G | verdict |",
+            "|---|---|---|---|---|---|",
+        ]
+        for remedy, test in results.items():
+            verdict = Test(cell, remedy, test, adjusted[remedy]).verdict
+            label = "H1" if remedy == "vs" else "H2"
+            lines.append(
+                f"| {label} ({LABELS[remedy]}) | {_signed(test)} | {test.p_value:.2g} | {adjusted[remedy]:.2g} | "
+                f"{test.difference / gap.difference:+.0%} | {verdict} |"
+            )
+            record["tests"].append({"remedy": remedy, **test.as_dict(), "holm_p": adjusted[remedy], "verdict": verdict})
+    return lines, record
 
 
 # ---- the record and its verification -------------------------------------------------------------
@@ -431,18 +513,21 @@ def verify(record: Path, sample: int, *, seed: int = 0, here: bool = False) -> l
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m baselines.study", description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=["pilot", "run", "analyze", "verify"])
-    parser.add_argument("--out", default="runs/study-v1", help="where the runs go (runs/study-v1)")
+    parser.add_argument("action", choices=["pilot", "run", "follow-up", "analyze", "verify"])
+    parser.add_argument(
+        "--out", default="runs/study-v1", help=f"where the runs go (runs/study-v1; the follow-up: {FOLLOW_UP_OUT})"
+    )
     parser.add_argument("--docs", default="docs/study/v1", help="analyze: results go here; verify: its runs.jsonl")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--sample", type=int, default=5, help="verify: recorded runs to rerun")
+    parser.add_argument("--record", default="runs.jsonl", help="verify: the record in --docs (runs.jsonl)")
     parser.add_argument(
         "--here", action="store_true", help="verify with this checkout's code, not the recorded commit's"
     )
     args = parser.parse_args(argv)
     out, docs, base = Path(args.out), Path(args.docs), DemoSettings()
     if args.action == "verify":
-        differences = verify(docs / "runs.jsonl", args.sample, here=args.here)
+        differences = verify(docs / args.record, args.sample, here=args.here)
         for line in differences:
             print(f"DIFFERS: {line}")
         print(f"{args.sample} recorded runs rerun: {'all identical' if not differences else 'differences found'}")
@@ -450,8 +535,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "analyze":
         print(f"results: {write_results(out, docs)}")
         return 0
+    if args.action == "follow-up":
+        out = Path(args.out) if args.out != "runs/study-v1" else Path(FOLLOW_UP_OUT)
     check_provenance(out, provenance())
-    if args.action == "pilot":
+    if args.action == "follow-up":
+        todo = plan_runs(out, base, [FOLLOW_UP_CELL], ARMS, FOLLOW_UP_SEEDS)
+    elif args.action == "pilot":
         todo = plan_runs(out, base, grid(), CONTROL_ARMS, PILOT_SEEDS)
     else:
         cells = [Cell.parse(name) for name, row in pilot_control(out).items() if row["qualifies"]]
