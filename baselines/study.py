@@ -1,4 +1,4 @@
-"""The pre-registered collapse study on `PersuasionActs-v1` (docs/study/v1/preregistration.md).
+"""The pre-registered collapse study of the `collapse_v1` study config (docs/study/v1/preregistration.md).
 
     python -m baselines.study pilot     # the positive control at the pilot seeds, every cell
     python -m baselines.study run       # every arm at the confirmatory seeds, in cells where it holds
@@ -268,7 +268,7 @@ def write_results(out: Path, docs: Path) -> Path:
     qualifying = [Cell.parse(name) for name, row in control.items() if row["qualifies"]]
     tests = remedy_tests(out, qualifying)
     lines = [
-        "# Results: the collapse study on PersuasionActs-v1",
+        "# Results: the v1 collapse study",
         "",
         "Design, hypotheses and decision rules: [preregistration.md](preregistration.md); the corpus fit: "
         "[corpus_fit.md](corpus_fit.md). Outcome: held-out success on the fitted population at the last step. "
