@@ -305,6 +305,10 @@ def control_lines(control: PositiveControl | None, effects: dict[str, Any]) -> l
             f"**The positive control does not hold here** ({why}): these seeds cannot show a remedy working or "
             "failing, so no remedy result is called. Run more seeds (`--seeds`) or another cell (`--gamma`, "
             "`--spread`); docs/study/v1 says where the control holds.",
+            "",
+            "| remedy (not called: the positive control does not hold) | minus single [95% CI] | paired p |",
+            "|---|---|---|",
+            *(f"| {LABELS[m]} | {_signed(t)} | {t.p_value:.2g} |" for m, t in effects.items()),
         ]
         return lines
     lines += [
