@@ -19,6 +19,7 @@ from scope_envs.core.scripted import ScriptedSimulator
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_P4G = REPO.parent / "shared" / "data" / "p4g"
+LOOPBACK = "http://127.0.0.1"  # the web app answers to loopback names only
 
 
 class VerbalizingPersuadee(ScriptedSimulator):
