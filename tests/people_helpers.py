@@ -204,3 +204,36 @@ class CountedPersuadee(ScriptedSimulator):
 
     def reply(self, messages, tools, rng):
         return "No, thank you."
+
+
+class FailingPersuadee(ScriptedSimulator):
+    """A persuadee whose backend fails on its second reply, with a message that must never reach a
+    browser (an upstream error quoting a key and a path)."""
+
+    calls = 0
+
+    def reply(self, messages, tools, rng):
+        FailingPersuadee.calls += 1
+        if any(m.role == "assistant" for m in messages):
+            raise RuntimeError("upstream 500: key sk-SECRET rejected at /srv/models/secret.bin")
+        return "Tell me more."
+
+
+class SlowPersuadee(ScriptedSimulator):
+    """A persuadee that takes `delay` seconds per reply, as a loaded API does."""
+
+    delay = 3.0
+
+    def reply(self, messages, tools, rng):
+        time.sleep(SlowPersuadee.delay)
+        return "Hmm, let me think."
+
+
+class CountingPersuadee(ScriptedSimulator):
+    """Counts its replies across instances (a replay must not ask it again)."""
+
+    calls = 0
+
+    def reply(self, messages, tools, rng):
+        CountingPersuadee.calls += 1
+        return "Maybe."

@@ -191,7 +191,13 @@ def study_router(runner: StudyRunner | None, moves: ThreadPoolExecutor) -> APIRo
             except InvalidMove as error:
                 raise HTTPException(400, redact(str(error))) from error
             study.keep(pid, episode, game)
-            return study.view(pid)
+            for _ in range(3):  # the turn is stored; another server may move on before the view is built
+                try:
+                    return study.view(pid)
+                except HTTPException as error:
+                    if error.status_code != 409:
+                        raise
+            raise HTTPException(503, "your turn is stored; reload the page to see it")
 
     @router.post("/{pid}/say")
     async def say(
