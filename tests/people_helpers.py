@@ -225,8 +225,12 @@ class SlowPersuadee(ScriptedSimulator):
     delay = 3.0
 
     def reply(self, messages, tools, rng):
-        time.sleep(SlowPersuadee.delay)
+        time.sleep(self.delay)
         return "Hmm, let me think."
+
+
+class BriefSlowPersuadee(SlowPersuadee):
+    delay = 0.5
 
 
 class CountingPersuadee(ScriptedSimulator):
