@@ -77,7 +77,7 @@ class ThreadServer:
         self.thread.join(timeout=10)
 
 
-def scope_process(*args: str, port: int) -> subprocess.Popen:
+def scope_process(*args: str, port: int, timeout: float = 60.0) -> subprocess.Popen:
     """`scope ARGS` in a subprocess (the tests folder importable), waited for until it listens."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen(
@@ -88,7 +88,7 @@ def scope_process(*args: str, port: int) -> subprocess.Popen:
         stderr=subprocess.STDOUT,
         text=True,
     )
-    wait_for_port(port, process=process)
+    wait_for_port(port, timeout=timeout, process=process)
     return process
 
 

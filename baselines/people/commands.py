@@ -193,7 +193,8 @@ def check_envs(settings: object) -> list[str]:
                 notes.append(f"not offering {name}: {error}")
                 continue
         kept.append(name)
-        notes.extend(dict.fromkeys(f"{name}: {w.message}" for w in caught))
+        said = (str(w.message) for w in caught)
+        notes.extend(dict.fromkeys(text if text.startswith(name) else f"{name}: {text}" for text in said))
     if settings.envs is None:
         settings.envs = kept
     warning = code_running_warning(kept)
