@@ -216,7 +216,7 @@ def test_a_public_server_sets_a_secure_cookie_that_is_not_the_token_and_bounds_t
 def test_games_waiting_on_a_slow_opponent_do_not_slow_the_other_routes(tmp_path):
     from people_helpers import SlowPersuadee
 
-    SlowPersuadee.delay = 3.0
+    SlowPersuadee.delay = 6.0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         app = create_app(
@@ -237,7 +237,7 @@ def test_games_waiting_on_a_slow_opponent_do_not_slow_the_other_routes(tmp_path)
             waiting = [threading.Thread(target=say, args=(g.json(),)) for g in games]
             for thread in waiting:
                 thread.start()
-            time.sleep(0.5)
+            time.sleep(2.5)  # every turn is waiting on the opponent by now
             began = time.monotonic()
             assert client.get("/api/options").status_code == 200
             assert client.get("/").status_code == 200
