@@ -91,3 +91,14 @@ def test_serve_says_when_an_env_falls_back_and_leaves_code_running_envs_out(no_c
     notes = check_envs(settings)
     assert any("synthetic personas" in note and "SCOPE_P4G_DATA" in note for note in notes)
     assert "CooperBench" not in settings.envs and "P4G" in settings.envs
+
+
+def test_a_named_env_whose_data_is_missing_is_refused_at_startup(tmp_path, monkeypatch):
+    from baselines.people.api_models import ServerSettings
+    from baselines.people.commands import check_envs
+
+    monkeypatch.delenv("SCOPE_COOPERBENCH_DATA", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    settings = ServerSettings(envs=["CooperBench"], env_kwargs={"CooperBench": {"download": False}})
+    with pytest.raises(ValueError, match="CooperBench cannot be built"):
+        check_envs(settings)
