@@ -77,8 +77,9 @@ class ThreadServer:
         self.thread.join(timeout=10)
 
 
-def scope_process(*args: str, port: int, timeout: float = 60.0) -> subprocess.Popen:
-    """`scope ARGS` in a subprocess (the tests folder importable), waited for until it listens."""
+def scope_process(*args: str, port: int, timeout: float = 180.0) -> subprocess.Popen:
+    """`scope ARGS` in a subprocess (the tests folder importable), waited for until it listens
+    (`scope serve` builds each offered env before it listens: slow on a loaded machine)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen(
         [sys.executable, "-m", "baselines.cli", *args, "--port", str(port)],
