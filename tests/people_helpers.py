@@ -154,7 +154,7 @@ def screenshot(driver, name: str) -> Path:
     return path
 
 
-def wait_for(driver, condition, timeout: float = 30.0):
+def wait_for(driver, condition, timeout: float = 90.0):
     from selenium.webdriver.support.ui import WebDriverWait
 
     return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
