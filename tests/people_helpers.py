@@ -89,7 +89,12 @@ def scope_process(*args: str, port: int, timeout: float = 180.0) -> subprocess.P
         stderr=subprocess.STDOUT,
         text=True,
     )
-    wait_for_port(port, timeout=timeout, process=process)
+    try:
+        wait_for_port(port, timeout=timeout, process=process)
+    except BaseException:
+        process.kill()  # a server that never listened is not left behind
+        process.wait(timeout=30)
+        raise
     return process
 
 

@@ -218,6 +218,9 @@ def _serve(args: argparse.Namespace) -> int:
         key, value = _key_value(rest)
         env_kwargs.setdefault(env, {})[key] = value
     study = load_study(args.study) if args.study else None
+    if study is not None and args.env is None:  # a study's server offers its env, as the study sets it
+        args.env = [study.env]
+        env_kwargs.setdefault(study.env, dict(study.env_kwargs))
     db = Path(args.study_db or Path(args.study).with_suffix(".sqlite")) if args.study else None
     settings = ServerSettings(
         opponents=opponent_labels(args.opponent or ["scripted"]),
