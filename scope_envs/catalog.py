@@ -52,4 +52,5 @@ def register_all() -> None:
         "CooperBench",
         "scope_envs.cooperbench.env:CooperBenchEnv",
         "CooperBench: two coding agents implement one feature each; merged patch, hidden tests",
+        runs_code=True,  # run_command executes shell commands (in its sandbox)
     )

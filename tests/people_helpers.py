@@ -19,6 +19,7 @@ from scope_envs.core.scripted import ScriptedSimulator
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_P4G = REPO.parent / "shared" / "data" / "p4g"
+LOOPBACK = "http://127.0.0.1"  # the web app answers to loopback names only
 
 
 class VerbalizingPersuadee(ScriptedSimulator):
@@ -76,8 +77,9 @@ class ThreadServer:
         self.thread.join(timeout=10)
 
 
-def scope_process(*args: str, port: int) -> subprocess.Popen:
-    """`scope ARGS` in a subprocess (the tests folder importable), waited for until it listens."""
+def scope_process(*args: str, port: int, timeout: float = 180.0) -> subprocess.Popen:
+    """`scope ARGS` in a subprocess (the tests folder importable), waited for until it listens
+    (`scope serve` builds each offered env before it listens: slow on a loaded machine)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen(
         [sys.executable, "-m", "baselines.cli", *args, "--port", str(port)],
@@ -87,7 +89,12 @@ def scope_process(*args: str, port: int) -> subprocess.Popen:
         stderr=subprocess.STDOUT,
         text=True,
     )
-    wait_for_port(port, process=process)
+    try:
+        wait_for_port(port, timeout=timeout, process=process)
+    except BaseException:
+        process.kill()  # a server that never listened is not left behind
+        process.wait(timeout=30)
+        raise
     return process
 
 
@@ -152,7 +159,7 @@ def screenshot(driver, name: str) -> Path:
     return path
 
 
-def wait_for(driver, condition, timeout: float = 30.0):
+def wait_for(driver, condition, timeout: float = 90.0):
     from selenium.webdriver.support.ui import WebDriverWait
 
     return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
@@ -203,3 +210,40 @@ class CountedPersuadee(ScriptedSimulator):
 
     def reply(self, messages, tools, rng):
         return "No, thank you."
+
+
+class FailingPersuadee(ScriptedSimulator):
+    """A persuadee whose backend fails on its second reply, with a message that must never reach a
+    browser (an upstream error quoting a key and a path)."""
+
+    calls = 0
+
+    def reply(self, messages, tools, rng):
+        FailingPersuadee.calls += 1
+        if any(m.role == "assistant" for m in messages):
+            raise RuntimeError("upstream 500: key sk-SECRET rejected at /srv/models/secret.bin")
+        return "Tell me more."
+
+
+class SlowPersuadee(ScriptedSimulator):
+    """A persuadee that takes `delay` seconds per reply, as a loaded API does."""
+
+    delay = 3.0
+
+    def reply(self, messages, tools, rng):
+        time.sleep(self.delay)
+        return "Hmm, let me think."
+
+
+class BriefSlowPersuadee(SlowPersuadee):
+    delay = 0.5
+
+
+class CountingPersuadee(ScriptedSimulator):
+    """Counts its replies across instances (a replay must not ask it again)."""
+
+    calls = 0
+
+    def reply(self, messages, tools, rng):
+        CountingPersuadee.calls += 1
+        return "Maybe."

@@ -116,7 +116,16 @@ def test_two_participants_and_a_server_restart_lose_no_turn(study_file, tmp_path
             assert turn_texts(browser) == played[person]  # resumed where it stood
             while browser.find_element(By.ID, "play-box").is_displayed():
                 say(browser, "Even a small amount helps children in need.")
+            # how the conversation ended, with the whole conversation, before anything else
+            wait_for(browser, lambda d: d.find_element(By.ID, "ended-box").is_displayed())
+            ending = browser.find_element(By.ID, "ended-reason").text
+            assert ending.startswith("The conversation ended:") and len(ending) > len("The conversation ended: .")
+            ended_turns = browser.find_elements(By.CSS_SELECTOR, "#ended-conversation .turn")
+            assert len(ended_turns) > len(played[person]) and ended_turns[0].text == played[person][0]
+            screenshot(browser, f"study_{person}_ended")
+            browser.find_element(By.ID, "continue").click()
             wait_for(browser, lambda d: d.find_element(By.ID, "questions-box").is_displayed())
+            assert browser.find_element(By.ID, "last").text == ending
             screenshot(browser, f"study_{person}_questionnaire")
             browser.find_element(By.NAME, "natural").send_keys("4")
             browser.find_element(By.ID, "submit-answers").click()

@@ -19,7 +19,12 @@ def viewer(tmp_path_factory):
     run = train_tiny_run(tmp_path_factory)
     port = free_port()
     process = scope_process("view", str(run), port=port)
-    yield f"http://127.0.0.1:{port}"
+    printed = ""
+    while "serving on" not in printed:
+        printed = process.stdout.readline()
+        assert printed, "scope view printed no address"
+    process.url = printed.split("serving on ")[1].strip()  # the address it tells people to open
+    yield process
     process.terminate()
     process.wait(timeout=20)
 
@@ -29,14 +34,18 @@ def rows(driver):
 
 
 def test_the_viewer_shows_a_saved_run(viewer, browser):
-    browser.get(viewer + "/view")
+    browser.get(viewer.url)  # the page `scope view` printed shows the run
     wait_for(browser, lambda d: len(rows(d)) == 6)
     rows(browser)[0].click()
     wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#conversation .turn"))
     sides = [t.get_attribute("data-side") for t in browser.find_elements(By.CSS_SELECTOR, "#conversation .turn")]
     assert sides[:2] == ["agent", "user"]
     meta = browser.find_element(By.ID, "meta").text
-    assert "step 1" in meta and "simulator: simulator0" in meta and "ended: " in meta
+    assert (
+        "step 1" in meta
+        and "simulator: vs(scripted:people_helpers:VerbalizingPersuadee, k=5)" in meta
+        and "ended: " in meta
+    )
     assert browser.find_element(By.CSS_SELECTOR, ".rewards tr[data-side=agent]").text.startswith("agent")
     candidates = browser.find_element(By.CSS_SELECTOR, ".turn.user ol.vs")
     assert candidates.is_displayed() and "No thanks." in candidates.text

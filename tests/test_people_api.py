@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 from fastapi.testclient import TestClient
-from people_helpers import SHARED_P4G, VS_OPPONENT
+from people_helpers import LOOPBACK, SHARED_P4G, VS_OPPONENT
 
 from baselines.people.api_models import MAX_TEXT, ServerSettings
 from baselines.people.app import create_app
@@ -26,7 +26,7 @@ def client(tmp_path):
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        yield TestClient(create_app(settings)), settings
+        yield TestClient(create_app(settings), base_url=LOOPBACK), settings
 
 
 def new_game(client, **body):
@@ -130,7 +130,7 @@ def study_settings(tmp_path, **changes) -> ServerSettings:
 
 def test_a_participant_reaches_only_their_own_study_with_their_token(tmp_path):
     settings = study_settings(tmp_path)
-    client = TestClient(create_app(settings))
+    client = TestClient(create_app(settings), base_url=LOOPBACK)
     tokens = {p["id"]: p["token"] for p in client.app.state.study.store.participants()}
     mine = {"X-Token": tokens["p1"]}
     assert client.get("/api/study/p2", headers=mine).status_code == 403  # p1's token does not open p2
@@ -161,14 +161,15 @@ def test_a_study_naming_an_unknown_scenario_is_refused_before_anyone_plays(tmp_p
 def test_public_binding_needs_the_flag_and_a_token_and_then_every_request_does():
     check_bind("127.0.0.1", False, None)
     check_bind("::1", False, None)
-    for public, token in ((False, None), (True, None), (False, "t")):
+    secret = "s3cret-s3cret-s3cret"
+    for public, token in ((False, None), (True, None), (False, secret)):
         with pytest.raises(ValueError, match="--public and --token"):
             check_bind("0.0.0.0", public, token)
-    check_bind("0.0.0.0", True, "t")
-    client = TestClient(create_app(ServerSettings(access_token="s3cret")))
+    check_bind("0.0.0.0", True, secret)
+    client = TestClient(create_app(ServerSettings(access_token=secret)), base_url=LOOPBACK)
     assert client.get("/api/options").status_code == 401
-    assert client.get("/api/options", headers={"X-Access-Token": "s3cret"}).status_code == 200
-    assert client.get("/?access=s3cret").status_code == 200
+    assert client.get("/api/options", headers={"X-Access-Token": secret}).status_code == 200
+    assert client.get(f"/?access={secret}").status_code == 200
     assert client.get("/api/options").status_code == 200  # the cookie set by the link
 
 
@@ -190,7 +191,7 @@ def test_games_share_their_opponent_instead_of_building_one_each(tmp_path):
     settings = ServerSettings(opponents=[spec], save_path=tmp_path / "play.jsonl", env_kwargs=P4G_ARGS)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        client = TestClient(create_app(settings))
+        client = TestClient(create_app(settings), base_url=LOOPBACK)
         before = CountedPersuadee.built
         for _ in range(3):
             new_game(client, env="P4G", opponent=spec)

@@ -23,7 +23,8 @@ def test_training_saves_a_seeded_sample_of_each_step_with_roles_rewards_and_vs_c
     assert [r.step for r in records] == [1, 1, 1, 2, 2, 2]  # save_episodes per step, beside metrics.jsonl
     for record in records:
         assert record.source == "train" and record.env == "P4G" and record.players["agent"] == "trained"
-        assert record.simulator == "simulator0" and set(record.reward_info) == {"agent", "user"}
+        spec = "vs(scripted:people_helpers:VerbalizingPersuadee, k=5)"  # the run's config, not a label
+        assert record.simulator == spec and set(record.reward_info) == {"agent", "user"}
         assert record.players["user"] == "vs(scripted:people_helpers:VerbalizingPersuadee, k=5)"
         assert "components" in record.reward_info["agent"] and record.end_reason
         sides = [entry["side"] for entry in record.log]
@@ -54,6 +55,19 @@ def test_export_hf_loads_back_with_load_from_disk(run_dir, tmp_path, capsys):
     assert row["agent_messages"][0]["role"] == "system"
     assert [m["content"] for m in row["agent_messages"]] == [m["content"] or "" for m in records[0].messages["agent"]]
     assert json.loads(row["agent_components"]) == records[0].reward_info["agent"]["components"]
+    assert row["simulator"] == "vs(scripted:people_helpers:VerbalizingPersuadee, k=5)"
+
+
+def test_episodes_saved_with_an_opponent_label_are_named_by_the_runs_config(run_dir, tmp_path):
+    from baselines.people.episode_store import read_run_episodes
+
+    old = tmp_path / "old_run"
+    old.mkdir()
+    (old / "config.yaml").write_text((run_dir / "config.yaml").read_text())
+    lines = [json.loads(line) for line in (run_dir / EPISODES_FILE).read_text().splitlines()]
+    (old / EPISODES_FILE).write_text("".join(json.dumps({**r, "simulator": "simulator0"}) + "\n" for r in lines))
+    simulators = {r["simulator"] for r in read_run_episodes(old)}
+    assert simulators == {"vs(scripted:people_helpers:VerbalizingPersuadee, k=5)"}
 
 
 def test_export_jsonl_round_trips_and_refuses_to_overwrite(run_dir, tmp_path):

@@ -36,6 +36,13 @@ def _server_arguments(parser: argparse.ArgumentParser, port: int) -> None:
         default=None,
         help=f"access token every visitor must present (or ${TOKEN_VARIABLE}); required with --public",
     )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name people reach the server by (besides loopback and --host); repeatable",
+    )
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -45,9 +52,16 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--opponent",
         action="append",
         default=None,
-        help="a policy spec players may choose as opponent; repeatable (default: scripted)",
+        help="an opponent players may choose, SPEC or LABEL=SPEC (players see the label); repeatable "
+        "(default: scripted)",
     )
-    serve.add_argument("--env", action="append", default=None, help="an env offered to players; repeatable")
+    serve.add_argument(
+        "--env",
+        action="append",
+        default=None,
+        help="an env offered to players; repeatable (default: every env whose tools run no code; "
+        "an env that runs code is offered only when named here, never with --public)",
+    )
     serve.add_argument(
         "--env-arg",
         action="append",
@@ -113,8 +127,12 @@ def _play(args: argparse.Namespace) -> int:
     return play_in_terminal(settings, args.save)
 
 
+MIN_TOKEN, MAX_TOKEN = 16, 200
+
+
 def check_bind(host: str, public: bool, token: str | None) -> None:
-    """Loopback is always allowed; any other address needs `--public` and a token."""
+    """Loopback is always allowed; any other address needs `--public` and a token of 16 to 200
+    characters (letters, digits, `-`, `_`, `.`, `~`: it travels in links)."""
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -124,20 +142,68 @@ def check_bind(host: str, public: bool, token: str | None) -> None:
             f"refusing to bind {host}: a non-loopback address needs --public and --token "
             f"(or ${TOKEN_VARIABLE}); the default 127.0.0.1 is reachable from this machine only"
         )
+    if token is not None and not (
+        MIN_TOKEN <= len(token) <= MAX_TOKEN and all(c.isascii() and (c.isalnum() or c in "-_.~") for c in token)
+    ):
+        raise ValueError(
+            f"--token must be {MIN_TOKEN} to {MAX_TOKEN} characters of letters, digits, -, _, . or ~ "
+            "(python -c 'import secrets; print(secrets.token_urlsafe(24))' makes one)"
+        )
 
 
-def _start(app: object, args: argparse.Namespace, token: str | None) -> int:
+def allowed_hosts(args: argparse.Namespace) -> list[str]:
+    """The host names the server answers to besides loopback's: --host unless it is a wildcard,
+    and every --allow-host. A public server on a wildcard address must be told its name."""
+    hosts = list(args.allow_host)
+    if args.host not in {"0.0.0.0", "::", ""}:
+        hosts.append(args.host)
+    if args.public and not hosts:
+        raise ValueError(f"--host {args.host} listens everywhere: name the host people reach it by with --allow-host")
+    return hosts
+
+
+def _start(app: object, args: argparse.Namespace, token: str | None, page: str = "/") -> int:
     import uvicorn
 
-    suffix = f"/?access={token}" if token else "/"
-    print(f"serving on http://{args.host}:{args.port}{suffix}", flush=True)
+    host = args.allow_host[0] if args.allow_host else args.host
+    suffix = f"{page}?access={token}" if token else page
+    print(f"serving on http://{host}:{args.port}{suffix}", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
 
+def check_envs(settings: object) -> list[str]:
+    """Builds each offered env once, before anyone plays: an env named by the operator that cannot
+    be built (its data missing) is an error; a default one is left out. Returns what to tell the
+    operator: what was left out, what each env warned about (data it fell back from)."""
+    import warnings
+
+    from baselines.people.play_api import code_running_warning, offered_envs
+    from scope_envs.core.registration import find_env
+
+    notes, kept = [], []
+    for name in offered_envs(settings):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                find_env(name).make(**settings.env_kwargs.get(name, {})).close()
+            except Exception as error:
+                if settings.envs is not None:
+                    raise ValueError(f"env {name} cannot be built: {error}") from error
+                notes.append(f"not offering {name}: {error}")
+                continue
+        kept.append(name)
+        said = (str(w.message) for w in caught)
+        notes.extend(dict.fromkeys(text if text.startswith(name) else f"{name}: {text}" for text in said))
+    if settings.envs is None:
+        settings.envs = kept
+    warning = code_running_warning(kept)
+    return [*notes, *([warning] if warning else [])]
+
+
 def _serve(args: argparse.Namespace) -> int:
     from baselines.cli import _key_value
-    from baselines.people.api_models import ServerSettings
+    from baselines.people.api_models import ServerSettings, opponent_labels
     from baselines.people.app import create_app
     from baselines.people.study import load_study
     from baselines.people.study_api import participant_links
@@ -152,9 +218,12 @@ def _serve(args: argparse.Namespace) -> int:
         key, value = _key_value(rest)
         env_kwargs.setdefault(env, {})[key] = value
     study = load_study(args.study) if args.study else None
+    if study is not None and args.env is None:  # a study's server offers its env, as the study sets it
+        args.env = [study.env]
+        env_kwargs.setdefault(study.env, dict(study.env_kwargs))
     db = Path(args.study_db or Path(args.study).with_suffix(".sqlite")) if args.study else None
     settings = ServerSettings(
-        opponents=args.opponent or ["scripted"],
+        opponents=opponent_labels(args.opponent or ["scripted"]),
         envs=args.env,
         save_path=Path(args.save),
         study=study,
@@ -162,11 +231,16 @@ def _serve(args: argparse.Namespace) -> int:
         run_dir=Path(args.run) if args.run else None,
         access_token=token,
         env_kwargs=env_kwargs,
+        public=args.public,
+        hosts=allowed_hosts(args),
     )
+    for note in check_envs(settings):
+        print(f"scope serve: {note}", file=sys.stderr, flush=True)
     app = create_app(settings)
     if study is not None:
         tokens = {p["id"]: p["token"] for p in app.state.study.store.participants()}
-        links = participant_links(f"http://{args.host}:{args.port}", tokens)
+        host = settings.hosts[0] if settings.hosts else args.host
+        links = participant_links(f"http://{host}:{args.port}", tokens)
         print(f"study {study.name}: {len(links)} participants, stored in {db}", flush=True)
         for link in links:
             print(f"  {link}{'&access=' + token if token else ''}", flush=True)
@@ -185,9 +259,10 @@ def _view(args: argparse.Namespace) -> int:
         raise ValueError(f"no run at {run_dir}")
     count = len(read_run_episodes(run_dir))
     print(f"{count} saved episodes in {run_dir}", flush=True)
-    app = create_app(ServerSettings(run_dir=run_dir, access_token=token, envs=[]))
-    print(f"open http://{args.host}:{args.port}/view", flush=True)
-    return _start(app, args, token)
+    app = create_app(
+        ServerSettings(run_dir=run_dir, access_token=token, envs=[], public=args.public, hosts=allowed_hosts(args))
+    )
+    return _start(app, args, token, page="/view")
 
 
 def _study_export(args: argparse.Namespace) -> int:

@@ -145,10 +145,10 @@ def _records(trainer: Any, seen: dict[str, Any], step: int, count: int) -> list[
                 reward_info=episode.reward_info,
                 end_reason=episode.end_reason,
                 turns=episode.turns,
-                simulator=label,
+                simulator=spec_of(label, trainer.config),
                 step=step,
                 source="train",
-                extra={"group": episode.group, "method": trainer.config.method},
+                extra={"group": episode.group, "method": trainer.config.method, "opponent_label": label},
             )
         )
     return records
@@ -166,12 +166,21 @@ def spec_of(label: str, config: Any) -> str:
 
 
 def read_run_episodes(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The saved episodes of a run folder (or of one JSONL file), as dicts."""
+    """The saved episodes of a run folder (or of one JSONL file), as dicts. An episode saved with
+    an opponent label (`simulator0`, by older versions) is named by its spec from the run's config."""
     path = Path(run_dir)
     path = path / EPISODES_FILE if path.is_dir() else path
     if not path.is_file():
         return []
-    return [record.to_dict() for record in read_records(path)]
+    records = [record.to_dict() for record in read_records(path)]
+    config_file = path.parent / "config.yaml"
+    if config_file.is_file() and any(re.fullmatch(r"simulator\d+", r["simulator"]) for r in records):
+        from baselines.config import load_config
+
+        config = load_config(config_file, [])
+        for record in records:
+            record["simulator"] = spec_of(record["simulator"], config)
+    return records
 
 
 def summary(index: int, record: dict[str, Any]) -> dict[str, Any]:

@@ -6,13 +6,16 @@ turn (a tool call is validated against the side's OpenAI tool schema first, so a
 argument is reported and nothing is sent); after each of them the opponent speaks again.
 `state()` is what a front end shows: the person's own view, their tools, whose turn it is, and at
 the end the end reason and the reward breakdown (`info["reward_info"]`). `record()` is the
-episode as an `EpisodeRecord`. Opponent replies are seeded with `derive_seed(seed, position)`,
-as in the Gymnasium views, so a scripted opponent replays a game exactly.
+episode as an `EpisodeRecord`. An opponent that raises ends the episode (`end_reason`
+`"opponent_error"`) instead of leaving it waiting for a reply that never comes. Opponent replies
+are seeded with `derive_seed(seed, position)`, as in the Gymnasium views, so a scripted opponent
+replays a game exactly.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +33,8 @@ from sims.verbalized import VerbalizedSampling
 from sims.wrapper import SimulatorWrapper
 
 HUMAN = "human"
+OPPONENT_ERROR = "opponent_error"  # the end reason of an episode whose opponent failed
+LOG = logging.getLogger(__name__)
 
 
 class InvalidMove(ValueError):
@@ -99,6 +104,7 @@ class GameSettings:
     task_id: str | None = None
     split: str | None = None
     env_kwargs: Mapping[str, Any] | None = None
+    label: str | None = None  # what a front end calls the opponent (default: its spec)
 
 
 class HumanGame:
@@ -117,6 +123,7 @@ class HumanGame:
         self.infos: dict[str, dict[str, Any]] = {}
         self.rewards: dict[str, float] = dict.fromkeys(SIDES, 0.0)
         self.last_error: str | None = None
+        self.failure: str | None = None  # the opponent failed: the episode ends here
         self._vs_by_position: dict[int, dict[str, Any]] = {}
 
     def start(self) -> dict[str, Any]:
@@ -132,7 +139,7 @@ class HumanGame:
         Then the opponent speaks if it is its turn. A study resumes an episode this way."""
         options = {k: v for k, v in (("task_id", self.settings.task_id), ("split", self.settings.split)) if v}
         _, self.infos = self.env.reset(seed=self.settings.seed, options=options)
-        self._vs_by_position = {}
+        self._vs_by_position, self.failure = {}, None
         for position, entry in enumerate(entries):
             if position < len(self.env.log):
                 continue  # an opening turn or a tool result: the env adds it again
@@ -148,7 +155,7 @@ class HumanGame:
 
     @property
     def over(self) -> bool:
-        return self.env.end is not None
+        return self.env.end is not None or self.failure is not None
 
     def tools(self) -> list[dict[str, Any]]:
         return self.infos[self.side]["tools"] if self.infos else []
@@ -188,7 +195,12 @@ class HumanGame:
             before = len(self.opponent.candidates)
             seed = derive_seed(self.settings.seed, position)
             info = self.infos[self.opponent_side]
-            self._take(play_turn(self.env, self.opponent_side, self.opponent, info, seed))
+            try:
+                self._take(play_turn(self.env, self.opponent_side, self.opponent, info, seed))
+            except Exception:  # an API outage, a crashed model: the episode ends, the server does not
+                LOG.exception("the opponent %s failed; the episode ends", self.settings.opponent)
+                self.failure = OPPONENT_ERROR
+                return
             if len(self.opponent.candidates) > before:
                 self._vs_by_position[position] = self.opponent.candidates[view_key(info["messages"])]
 
@@ -198,7 +210,7 @@ class HumanGame:
         state: dict[str, Any] = {
             "env": self.settings.env,
             "side": self.side,
-            "opponent": self.settings.opponent,
+            "opponent": self.settings.label or self.settings.opponent,
             "scenario_id": info["scenario_id"],
             "messages": info["messages"],
             "log": log_entries(self.env.log, self._vs_by_position),
@@ -207,7 +219,12 @@ class HumanGame:
             "over": self.over,
             "error": self.last_error,
         }
-        if self.over:
+        if self.failure is not None:
+            state["end_reason"] = self.failure
+            state["end_detail"] = "your partner could not reply, so this conversation ends here"
+            state["rewards"] = self.rewards
+            state["reward_info"] = {}
+        elif self.over:
             state["end_reason"] = info.get("end_reason")
             state["end_detail"] = info.get("end_detail", "")
             state["rewards"] = self.rewards
@@ -225,7 +242,7 @@ class HumanGame:
             messages={side: self.infos[side]["messages"] for side in SIDES},
             rewards=self.rewards,
             reward_info={side: self.infos[side].get("reward_info", {}) for side in SIDES},
-            end_reason=self.env.end.reason if self.env.end else "unfinished",
+            end_reason=self.failure or (self.env.end.reason if self.env.end else "unfinished"),
             turns=self.env.turns,
             simulator=self.settings.opponent,
             source=source,

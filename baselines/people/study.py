@@ -15,7 +15,7 @@ episodes_per_participant: 2
 assignment: balanced     # balanced (conditions rotate with the participant) or random (seeded)
 participants: [p01, p02] # or a count: 20 gives p01..p20
 questionnaire:
-  - {id: natural, question: How natural was the conversation?, scale: [1, 5]}
+  - {id: natural, question: "How natural was the conversation?", scale: [1, 5]}
 seed: 0
 ```
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from scope_envs.core.registration import find_env
 from scope_envs.core.seeding import derive_seed
@@ -102,6 +102,35 @@ class StudyConfig(BaseModel):
     def opponent_of(self, condition: str) -> str:
         return next(c.opponent for c in self.conditions if c.name == condition)
 
+    def check_answers(self, answers: dict[str, Any]) -> dict[str, Any]:
+        """The answers, each checked against its question: every question answered, a scale
+        question with a whole number on its scale, a free-text one with text. Raises ValueError."""
+        questions = {q.id: q for q in self.questionnaire}
+        unknown = sorted(set(answers) - set(questions))
+        if unknown:
+            raise ValueError(f"unknown questions {unknown}")
+        missing = [qid for qid in questions if qid not in answers]
+        if missing:
+            raise ValueError(f"please answer every question (missing: {', '.join(missing)})")
+        for qid, answer in answers.items():
+            scale = questions[qid].scale
+            if scale is None:
+                if not isinstance(answer, str):
+                    raise ValueError(f"{qid}: the answer is text")
+            elif isinstance(answer, bool) or not isinstance(answer, int) or not scale[0] <= answer <= scale[1]:
+                raise ValueError(f"{qid}: answer with a whole number from {scale[0]} to {scale[1]}")
+        return dict(answers)
+
+    def check_stored(self, episodes: list[dict[str, Any]]) -> None:
+        """Raises ValueError when a study database assigns a condition this file no longer has."""
+        names = {c.name for c in self.conditions}
+        lost = sorted({e["condition"] for e in episodes} - names)
+        if lost:
+            raise ValueError(
+                f"the study database assigns conditions {lost} that the study file no longer has "
+                f"(it has {sorted(names)}); restore them, or start a new database with --study-db"
+            )
+
 
 def check_scenarios(study: StudyConfig) -> None:
     """Resets the study's env on each scenario once, so a wrong task id is reported before anyone plays."""
@@ -118,7 +147,19 @@ def load_study(path: str | Path) -> StudyConfig:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"no study file at {path}")
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ValueError(f"{where}: not valid YAML ({problem})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a study file is a YAML mapping")
-    return StudyConfig.model_validate(data)
+    try:
+        return StudyConfig.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in e['loc']) or 'study'}: {e['msg']}" for e in error.errors()
+        )
+        raise ValueError(f"{path}: {problems}") from None

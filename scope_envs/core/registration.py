@@ -41,6 +41,7 @@ class DialogueEnvInfo:
     reply_rules: str | None = None  # "module:attribute" of a sequence of `ReplyRule`
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     human_reference: str | None = None  # "module:function": (env, *, split, limit) -> `HumanReference`
+    runs_code: bool = False  # its tools execute code a player writes: never offered to people unless asked for
 
     @property
     def agent_id(self) -> str:
@@ -82,6 +83,7 @@ def register_dialogue_env(
     vector_entry_point: str | None = None,
     view_kwargs: Mapping[str, Any] | None = None,
     human_reference: str | None = None,
+    runs_code: bool = False,
     **kwargs: Any,
 ) -> DialogueEnvInfo:
     """Registers both views of the `DialogueEnv` at `entry_point`; `kwargs` are its defaults.
@@ -93,9 +95,13 @@ def register_dialogue_env(
     `gymnasium.make_vec(id, vectorization_mode="vector_entry_point")` builds; `view_kwargs` are
     defaults of the Gymnasium views only (e.g. an array observation where the env's own is a dict).
     `human_reference` (`"module:function"`, `function(env, *, split, limit) -> HumanReference`)
-    loads people's conversations on the env's scenarios, for simulator fidelity.
+    loads people's conversations on the env's scenarios, for simulator fidelity. `runs_code`
+    declares that the env's tools execute what a player writes (commands, programs): the web app
+    then offers it only when its operator names it, and never on a public address.
     """
-    info = DialogueEnvInfo(name, entry_point, description, rollout, reply_rules, dict(kwargs), human_reference)
+    info = DialogueEnvInfo(
+        name, entry_point, description, rollout, reply_rules, dict(kwargs), human_reference, runs_code
+    )
     for env_id, view in ((info.agent_id, "AgentView"), (info.user_id, "UserView")):
         if env_id in gym.registry:
             del gym.registry[env_id]  # re-registration on module reload replaces, not warns
