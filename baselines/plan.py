@@ -366,7 +366,7 @@ def plan(config: TrainConfig) -> Plan:
     if config.gpus > 1:
         notes.append(f"the trainer is one process on one device: {config.gpus - 1} of {config.gpus} GPUs stay idle")
     samples = template_samples(config)
-    if samples != "1":
+    if samples.startswith("up to"):
         notes.append(f"the chat template re-renders earlier turns: {samples} training samples per episode")
     return Plan(
         config,

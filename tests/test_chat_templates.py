@@ -16,7 +16,6 @@ from training_helpers import TINY_P4G  # noqa: E402
 
 from baselines.config import load_config  # noqa: E402
 from baselines.plan import format_plan, plan  # noqa: E402
-from baselines.traces import template_rerenders  # noqa: E402
 from baselines.trainer import Trainer  # noqa: E402
 from scope_envs.core.dialogue import AGENT  # noqa: E402
 from sims.testing import tiny_chat_model  # noqa: E402
@@ -36,6 +35,8 @@ def qwen3_model(tmp_path_factory) -> Path:
 
 
 def test_qwen3_template_re_renders_earlier_turns_and_chatml_does_not():
+    from baselines.traces import template_rerenders
+
     _, tokenizer = tiny_chat_model(0)
     assert not template_rerenders(tokenizer)
     tokenizer.chat_template = QWEN3

@@ -10,7 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from baselines.distributed.data_parallel import DataParallel, buckets  # noqa: E402
+from baselines.distributed import data_parallel  # noqa: E402
+from baselines.distributed.data_parallel import DataParallel  # noqa: E402
 
 SHAPES = [(8, 64), (64, 8), (3,), (8, 64), (64, 8), (1000,), (5, 5)] * 20  # 140 tensors
 
@@ -60,6 +61,6 @@ def test_gradients_are_summed_in_buckets_over_two_gloo_ranks():
 
 def test_buckets_keep_the_order_and_never_mix_dtypes():
     tensors = [torch.zeros(256), torch.zeros(256), torch.zeros(10, dtype=torch.float64), torch.zeros(2000)]
-    groups = buckets(tensors, bucket_bytes=2048)
+    groups = data_parallel.buckets(tensors, bucket_bytes=2048)
     assert [len(g) for g in groups] == [2, 1, 1]  # 1 KB + 1 KB; the float64 one; 8 KB alone
     assert [t for g in groups for t in g] == tensors

@@ -19,7 +19,6 @@ from baselines.config import load_config  # noqa: E402
 from baselines.plan import plan  # noqa: E402
 from baselines.policy import LMPolicy  # noqa: E402
 from baselines.trainer import Trainer  # noqa: E402
-from baselines.vllm_engine import ServedAdapters  # noqa: E402
 from scope_envs.core.dialogue import AGENT  # noqa: E402
 from sims.hf_backend import HFSimulator  # noqa: E402
 from sims.testing import tiny_chat_model  # noqa: E402
@@ -193,6 +192,8 @@ def test_a_checkpoint_restores_the_cuda_generators(tmp_path):
 
 
 def test_served_adapter_folders_keep_the_last_two_versions(tmp_path):
+    from baselines.vllm_engine import ServedAdapters  # testable without vLLM: the folders only
+
     model, tokenizer = tiny_chat_model(0)
     policy = LMPolicy(HFSimulator(model, tokenizer=tokenizer), lora={"r": 2, "target_modules": ["q_proj"]})
     served = ServedAdapters(tmp_path)
