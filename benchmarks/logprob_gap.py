@@ -74,7 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for dtype in ("float32", "bfloat16"):
         row = gap(args.policy, dtype, args.tokens, args.temperature, args.device)
         print(
-            f"{dtype:<9} {row['tokens']:6.0f} {row['mean_abs']:13.2e} {row['max_abs']:12.2e} {row['outside_clip']:12.4f}"
+            f"{dtype:<9} {row['tokens']:6.0f} {row['mean_abs']:13.2e} {row['max_abs']:12.2e} "
+            f"{row['outside_clip']:12.4f}"
         )
     return 0
 
