@@ -392,8 +392,10 @@ def template_samples(config: TrainConfig) -> str:
 
     try:
         tokenizer = _tokenizer(config.policy)
-    except (OSError, ValueError):
+    except (OSError, ValueError, KeyError):
         return "unknown (no tokenizer offline)"
+    if getattr(tokenizer, "chat_template", None) is None:
+        return "unknown (the tokenizer has no chat template)"
     if not template_rerenders(tokenizer):
         return "1"
     from scope_envs.core.registration import find_env

@@ -3,7 +3,8 @@ learner group did before) vs DDP-style buckets (`DataParallel.all_reduce_gradien
 gradients of a LoRA r = 32 adapter on every linear module of SmolLM2-135M (420 tensors, 39 MB).
 
 Rank 0 is the caller; rank 1 is a process started by `start_peer` that mirrors each call: rank 0
-broadcasts what to do (a one-number command), then both ranks reduce."""
+broadcasts what to do (a one-number command), then both ranks reduce. Each rank computes on one
+thread, as a CPU learner rank does (`cpus_per_rank` 1; Ray gives an actor one OpenMP thread)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,9 @@ def command(mode: int) -> int:
 
 
 def _peer(init_method: str) -> None:
+    import torch
+
+    torch.set_num_threads(1)
     DataParallel.init(1, 2, init_method=init_method, backend="gloo")
     gradients = lora_gradients(seed=1)
     try:
@@ -79,6 +83,9 @@ def free_address() -> str:
 
 def start_peer() -> Any:
     """Rank 1 in a new process, and this process joined as rank 0; `stop_peer` ends both."""
+    import torch
+
+    torch.set_num_threads(1)
     init_method = free_address()
     peer = multiprocessing.get_context("spawn").Process(target=_peer, args=(init_method,), daemon=True)
     peer.start()

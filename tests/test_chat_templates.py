@@ -44,7 +44,9 @@ def test_qwen3_template_re_renders_earlier_turns_and_chatml_does_not():
 
 
 def test_qwen3_episodes_train_one_sample_per_turn_on_the_exact_prompts(qwen3_model, tmp_path):
-    settings = [s for s in TINY_P4G if not s.startswith("policy=")]
+    # 3 exchanges: Qwen3 extends the first prompt, and re-renders from the third on
+    settings = [s for s in TINY_P4G if not s.startswith(("policy=", "env_kwargs="))]
+    settings.append("env_kwargs={persona_source: synthetic, exchanges: 3}")
     trainer = Trainer(
         load_config(None, [*settings, f"policy=hf:{qwen3_model}", f"output_dir={tmp_path}", "tensorboard=false"])
     )
@@ -61,14 +63,15 @@ def test_qwen3_episodes_train_one_sample_per_turn_on_the_exact_prompts(qwen3_mod
     rollout_policy.start_trace = keep_trace
     episodes = trainer.collect(0, group_size=trainer.config.group_size, split="train", players=players)
     tokenizer = rollout_policy.tokenizer
-    assert any(len(trace.turns) > 1 for trace in recorded)
+    assert any(len(trace.turns) >= 3 for trace in recorded)
     for trace in recorded:
-        assert not trace.chained or len(trace.turns) == 1
+        assert not trace.chained or len(trace.turns) < 3
         for turn, sample in zip(trace.turns, trace.samples(), strict=True):
             assert sample.ids[: sample.prompt_length] == turn.prompt_ids  # trained on what it saw
             assert sample.ids[sample.prompt_length :] == turn.token_ids  # and what it generated
     samples = sum(len(e.samples[AGENT]) for e in episodes)
-    assert samples == sum(len(trace.turns) for trace in recorded) > len(episodes)
+    per_turn = sum(len(trace.turns) for trace in recorded if not trace.chained)
+    assert samples == per_turn + sum(1 for trace in recorded if trace.chained) > len(episodes)
     # a later prompt is Qwen3's fresh rendering: the previous turn's empty reasoning block is gone
     later = [tokenizer.decode(turn.prompt_ids) for trace in recorded for turn in trace.turns[1:]]
     assert later and all("<think>" not in prompt for prompt in later)
