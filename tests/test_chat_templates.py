@@ -12,12 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from training_helpers import TINY_P4G  # noqa: E402
 
 from baselines.config import load_config  # noqa: E402
 from baselines.plan import format_plan, plan  # noqa: E402
-from baselines.trainer import Trainer  # noqa: E402
-from scope_envs.core.dialogue import AGENT  # noqa: E402
 from sims.testing import tiny_chat_model  # noqa: E402
 
 QWEN3 = (Path(__file__).parent / "templates" / "qwen3.jinja").read_text()
@@ -43,38 +40,31 @@ def test_qwen3_template_re_renders_earlier_turns_and_chatml_does_not():
     assert template_rerenders(tokenizer)
 
 
-def test_qwen3_episodes_train_one_sample_per_turn_on_the_exact_prompts(qwen3_model, tmp_path):
-    # 3 exchanges: Qwen3 extends the first prompt, and re-renders from the third on
-    settings = [s for s in TINY_P4G if not s.startswith(("policy=", "env_kwargs="))]
-    settings.append("env_kwargs={persona_source: synthetic, exchanges: 3}")
-    trainer = Trainer(
-        load_config(None, [*settings, f"policy=hf:{qwen3_model}", f"output_dir={tmp_path}", "tensorboard=false"])
-    )
-    players, _ = trainer.players(0, trainer.config.groups_per_step)
-    recorded = []
-    rollout_policy = trainer.learners[AGENT].policy
-    start_trace = rollout_policy.start_trace
+def test_qwen3_traces_train_one_sample_per_turn_on_the_exact_prompts():
+    """Three turns of the policy with Qwen3's template: the second prompt still extends the first
+    (no assistant turn after the last user message yet), the third does not (the previous turn's
+    empty reasoning block is dropped), so the episode becomes one sample per turn."""
+    from baselines.policy import LMPolicy
+    from sims.hf_backend import HFSimulator
 
-    def keep_trace():
-        trace = start_trace()
-        recorded.append(trace)
-        return trace
-
-    rollout_policy.start_trace = keep_trace
-    episodes = trainer.collect(0, group_size=trainer.config.group_size, split="train", players=players)
-    tokenizer = rollout_policy.tokenizer
-    assert any(len(trace.turns) >= 3 for trace in recorded)
-    for trace in recorded:
-        assert not trace.chained or len(trace.turns) < 3
-        for turn, sample in zip(trace.turns, trace.samples(), strict=True):
-            assert sample.ids[: sample.prompt_length] == turn.prompt_ids  # trained on what it saw
-            assert sample.ids[sample.prompt_length :] == turn.token_ids  # and what it generated
-    samples = sum(len(e.samples[AGENT]) for e in episodes)
-    per_turn = sum(len(trace.turns) for trace in recorded if not trace.chained)
-    assert samples == per_turn + sum(1 for trace in recorded if trace.chained) > len(episodes)
-    # a later prompt is Qwen3's fresh rendering: the previous turn's empty reasoning block is gone
-    later = [tokenizer.decode(turn.prompt_ids) for trace in recorded for turn in trace.turns[1:]]
-    assert later and all("<think>" not in prompt for prompt in later)
+    model, tokenizer = tiny_chat_model(0)
+    tokenizer.chat_template = QWEN3
+    policy = LMPolicy(HFSimulator(model, tokenizer=tokenizer, max_new_tokens=6))
+    trace = policy.start_trace()
+    view = [{"role": "system", "content": "You persuade."}]
+    for turn in range(3):
+        prompt = trace.next_prompt(view, None)
+        (reply,) = policy.generate([prompt], [turn])
+        view = [*view, {"role": "assistant", "content": reply.text}]
+        trace.record(reply.token_ids, reply.logprobs, len(view))
+        view = [*view, {"role": "user", "content": f"Answer number {turn}."}]
+    assert not trace.chained and len(trace.turns) == 3
+    samples = trace.samples()
+    assert len(samples) == 3
+    for recorded, sample in zip(trace.turns, samples, strict=True):
+        assert sample.ids[: sample.prompt_length] == recorded.prompt_ids  # trained on what it saw
+        assert sample.ids[sample.prompt_length :] == recorded.token_ids  # and what it generated
+    assert "<think>" not in tokenizer.decode(trace.turns[2].prompt_ids)  # Qwen3's fresh rendering
 
 
 def test_scope_plan_counts_the_samples_of_a_re_rendering_template(qwen3_model):
