@@ -39,7 +39,9 @@ class TrainConfig:
     gradient_checkpointing: bool = False  # recompute activations in the backward pass (less memory)
     logprob_chunk: int = 0  # positions per chunk for training log-probs and entropies (0: all at once)
     generation_batch: int = 32  # prompts per batched generate call of a local model
-    max_model_len: int = 4096  # tokens of one side's longest conversation: vLLM's limit and `scope plan`'s
+    # tokens of one side's longest sequence (prompt and generated turns), on every generation path: a
+    # turn is cut to fit, and an episode whose next prompt leaves no room ends as `max_model_len`
+    max_model_len: int = 4096
     generation_engine: str = "transformers"  # or "vllm" (GPU; needs lora) for the trained policy's turns
     vllm_gpu_memory_utilization: float = 0.4  # the share of GPU memory vLLM takes; the rest trains
     # against whom
@@ -99,6 +101,9 @@ class TrainConfig:
     # a training step in which more than this share of episodes ended in `policy_error` (a policy
     # could not reply) stops the run: a broken simulator must not pass for a reward of 0
     max_failed_episode_share: float = 0.5
+    # such episodes never enter the loss; a group left with fewer than this many (or than group_size)
+    # is dropped whole
+    min_group_episodes: int = 2
     tensorboard: bool = True
     wandb: bool = False
     wandb_project: str = "scope"
@@ -166,6 +171,7 @@ class TrainConfig:
             "ray_workers",
             "ray_groups_per_task",
             "learner_ranks",
+            "min_group_episodes",
         ):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be at least 1")

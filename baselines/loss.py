@@ -1,8 +1,11 @@
 """The token-level clipped policy-gradient loss, with an optional KL penalty to a reference model
-and an importance-sampling correction for a generation engine whose log-probs differ."""
+and a truncated importance weight for the gap between the log-probs tokens were sampled with
+and those of the training forward (whatever the generation engine: a KV-cached transformers
+loop or vLLM)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,8 +17,8 @@ class LossConfig:
     clip_low: float = 0.2
     clip_high: float = 0.28
     kl_coef: float = 0.0
-    aggregation: str = "token_mean"  # "constant" is Dr. GRPO's: divide by a fixed token budget
-    constant_denominator: float | None = None
+    aggregation: str = "token_mean"  # "constant" is Dr. GRPO's: see `aggregate`
+    constant_tokens: float | None = None  # Dr. GRPO's per-sequence token budget (the generation budget)
     is_cap: float = 2.0  # truncated importance sampling for generation/training log-prob mismatch
     kl_log_ratio_cap: float = 20.0  # |log(pi_ref / pi)| beyond this is clamped: exp() must stay finite
 
@@ -69,7 +72,10 @@ def policy_loss(
     if ref_logprobs is not None and config.kl_coef > 0:
         cap = config.kl_log_ratio_cap
         log_ratio = torch.clamp(ref_logprobs - logprobs, -cap, cap)
-        kl = torch.exp(log_ratio) - log_ratio - 1  # the k3 estimator: unbiased, always >= 0
+        # k3 (Schulman): for tokens sampled from pi its value estimates KL(pi || ref) without
+        # bias and is always >= 0; as a loss, though, its gradient is in expectation that of
+        # KL(ref || pi), the reverse direction: E_pi[(1 - ref / pi) grad log pi] = -sum ref grad log pi
+        kl = torch.exp(log_ratio) - log_ratio - 1
         per_token = per_token + config.kl_coef * kl
     loss = aggregate(per_token, mask, config, totals)
     tokens = mask.sum().clamp(min=1)
@@ -84,8 +90,12 @@ def policy_loss(
         "ratio_max": float(torch.where(mask > 0, ratio, torch.zeros_like(ratio)).max()),
         "tokens": float(mask.sum()),
     }
-    if weight is not None:
+    if behaviour_logprobs is not None:
         stats["is_weight_mean"] = float((weight * mask).sum() / tokens)
+        gap = (logprobs.detach() - behaviour_logprobs) * mask
+        outside = (gap < math.log1p(-config.clip_low)) | (gap > math.log1p(config.clip_high))
+        stats["behaviour_log_ratio_abs"] = float(gap.abs().sum() / tokens)
+        stats["behaviour_clip_fraction"] = float((outside.float() * mask).sum() / tokens)
     return loss, stats
 
 
@@ -99,7 +109,10 @@ def aggregate(per_token: Any, mask: Any, config: LossConfig, totals: BatchTotals
         per_sequence = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)
         return per_sequence.sum() / max(totals.sequences, 1)
     if config.aggregation == "constant":
-        if not config.constant_denominator:
-            raise ValueError("the constant aggregation needs constant_denominator (e.g. group size x max tokens)")
-        return (per_token * mask).sum() / config.constant_denominator
+        # Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training"): each sequence's summed
+        # token losses over one constant, its generation budget, then the mean over the batch's
+        # sequences: sum / (sequences x constant_tokens)
+        if not config.constant_tokens:
+            raise ValueError("the constant aggregation needs constant_tokens (the per-sequence token budget)")
+        return (per_token * mask).sum() / (max(totals.sequences, 1) * config.constant_tokens)
     raise ValueError(f"unknown aggregation {config.aggregation!r}; choose one of {AGGREGATIONS}")

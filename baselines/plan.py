@@ -15,8 +15,17 @@ The arithmetic follows how the trainer holds memory:
   keeps a float32 copy of its input), grouped-query attention with SDPA/flash kernels (no
   seq x seq score matrix is kept), a SwiGLU MLP, and what peft's adapters keep; with gradient
   checkpointing, one `hidden` tensor per layer plus one layer recomputed (their section 4.2).
-* Logits: `dtype` logits, their float32 copy and its log-softmax, for all positions or for one
-  `logprob_chunk` of positions at a time (chunks recomputed in the backward pass).
+* Logits at their peak: the `dtype` logits and three float32 tensors of their size alive at once
+  (the log-softmax kept for the backward pass, and the exponential and product of the entropy,
+  or the gradients in the backward pass), for all positions or for one `logprob_chunk` of
+  positions at a time (chunks recomputed in the backward pass).
+* The attention mask: transformers hands SDPA a boolean `[batch, 1, L, L]` mask when a batch is
+  padded (one tensor, shared by every layer): `micro_batch` x `max_model_len`^2 bytes in training,
+  `generation_batch` x `max_model_len`^2 at a generation's prefill.
+* Sequences are capped at `max_model_len` tokens (prompt and generated turns) on every generation
+  path, so that is the longest sample. A chat template that re-renders earlier turns (Qwen3 drops
+  the reasoning of past turns) makes an episode one sample per turn instead of one: the memory of
+  a micro-batch is the same, the forward passes per step are up to `max_turns` times as many.
 * Generation with transformers: the KV cache of `generation_batch` prompts of `max_model_len`
   tokens, plus one layer's prefill working set; it happens between updates, so the total counts
   the larger of the training and generation working sets. With vLLM the engine holds
@@ -268,8 +277,10 @@ class Plan:
     pool: int
     activations: int
     logits: int
+    mask: int  # the training forward's attention mask (the generation one is in `generation`)
     generation: int  # the transformers KV cache and prefill working set, or the vLLM engine's share
     notes: list[str]
+    samples_per_episode: str = "1"  # the training samples of one side's episode (see `template_samples`)
 
     @property
     def resident(self) -> int:
@@ -277,7 +288,7 @@ class Plan:
 
     @property
     def total(self) -> int:
-        training = self.activations + self.logits
+        training = self.activations + self.logits + self.mask
         if self.config.generation_engine == "vllm":
             return self.resident + training + self.generation
         return self.resident + max(training, self.generation)
@@ -343,16 +354,70 @@ def plan(config: TrainConfig) -> Plan:
         dropped = sum(shapes[name][0] for name in lora_targets(config.lora))  # each adapter's dropped input copy
         activations += tokens * dtype * dropped * (1 if config.gradient_checkpointing else biggest.layers)
     positions = min(config.logprob_chunk or config.max_model_len, config.max_model_len)
-    logits = config.micro_batch * positions * biggest.vocab_size * (dtype + 2 * FLOAT32)
+    logits = config.micro_batch * positions * biggest.vocab_size * (dtype + 3 * FLOAT32)
+    mask = config.micro_batch * config.max_model_len**2
     if config.generation_engine == "vllm":
         generation = int(config.vllm_gpu_memory_utilization * config.gpu_memory_gb * GB)
     else:
         prompts_tokens = config.generation_batch * config.max_model_len
         prefill = prompts_tokens * dtype * (biggest.hidden_size + 3 * biggest.intermediate_size)
-        generation = prompts_tokens * biggest.kv_bytes_per_token(dtype) + prefill
+        prefill_mask = config.generation_batch * config.max_model_len**2
+        generation = prompts_tokens * biggest.kv_bytes_per_token(dtype) + prefill + prefill_mask
     if config.gpus > 1:
         notes.append(f"the trainer is one process on one device: {config.gpus - 1} of {config.gpus} GPUs stay idle")
-    return Plan(config, architectures, weights, gradients, optimizer, pool, activations, logits, generation, notes)
+    samples = template_samples(config)
+    if samples.startswith("up to"):
+        notes.append(f"the chat template re-renders earlier turns: {samples} training samples per episode")
+    return Plan(
+        config,
+        architectures,
+        weights,
+        gradients,
+        optimizer,
+        pool,
+        activations,
+        logits,
+        mask,
+        generation,
+        notes,
+        samples,
+    )
+
+
+def template_samples(config: TrainConfig) -> str:
+    """The training samples of one episode of the trained side: "1" when its chat template
+    extends each prompt with the next turn, "up to N" (the env's `max_turns`) when it re-renders
+    earlier turns, "unknown" when the tokenizer cannot be read offline."""
+    from baselines.traces import template_rerenders
+
+    try:
+        tokenizer = _tokenizer(config.policy)
+    except (OSError, ValueError, KeyError):
+        return "unknown (no tokenizer offline)"
+    if getattr(tokenizer, "chat_template", None) is None:
+        return "unknown (the tokenizer has no chat template)"
+    if not template_rerenders(tokenizer):
+        return "1"
+    from scope_envs.core.registration import find_env
+
+    return f"up to {find_env(config.env).make(**config.env_kwargs).max_turns}"
+
+
+def _tokenizer(spec: str) -> Any:
+    backend, argument = split_spec(spec)
+    if backend == "tiny":
+        from sims.testing import tiny_chat_model
+
+        return tiny_chat_model(0)[1]
+    from transformers import AutoTokenizer
+
+    if backend == "smollm2":
+        from sims.hf_backend import smollm2_path
+
+        return AutoTokenizer.from_pretrained(smollm2_path())
+    if backend == "hf" and argument:
+        return AutoTokenizer.from_pretrained(argument, local_files_only=True)
+    raise ValueError(f"no tokenizer for {spec!r}")
 
 
 # the settings that shrink a run, in the order a user would reach for them: (key, new value)
@@ -414,12 +479,15 @@ def format_plan(result: Plan) -> str:
         f"      {training}, {config.dtype}, micro_batch {config.micro_batch} x max_model_len {config.max_model_len}, "
         f"gradient_checkpointing {str(config.gradient_checkpointing).lower()}, "
         f"logprob_chunk {config.logprob_chunk or 'off'}",
+        f"      sequence cap: max_model_len {config.max_model_len} tokens per sample (enforced on every generation "
+        f"path); training samples per episode: {result.samples_per_episode}",
         f"device 0 of {config.gpus}, {config.gpu_memory_gb:g} GB",
         row("weights", result.weights),
         row("gradients", result.gradients),
         row("optimizer", result.optimizer, "AdamW, float32"),
         row("activations", result.activations),
-        row("logits", result.logits),
+        row("logits", result.logits, "at their peak"),
+        row("mask", result.mask, f"{config.micro_batch} x {config.max_model_len}^2, boolean"),
         generation,
         row("pool", result.pool),
         row("total", result.total),

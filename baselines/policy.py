@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from baselines.traces import SideTrace
-from scope_envs.core.policy import Reply
+from scope_envs.core.policy import ContextFull, Reply
 from scope_envs.core.rollout import Sample
 from scope_envs.core.specs import split_spec
 from sims.hf_backend import HFSimulator, smollm2_path
@@ -59,6 +59,7 @@ class LMPolicy:
         logprob_chunk: int = 0,
         generation_batch: int = 32,
         adapter: str = "default",
+        max_model_len: int | None = None,
     ) -> None:
         import torch
 
@@ -68,6 +69,7 @@ class LMPolicy:
         self.dtype = getattr(torch, dtype)
         self.logprob_chunk = logprob_chunk
         self.generation_batch = generation_batch
+        self.max_model_len = max_model_len
         self.adapter = adapter
         self.lora = lora
         if lora and not hasattr(simulator.model, "peft_config"):
@@ -150,15 +152,33 @@ class LMPolicy:
         """An empty token-in, token-out record of one side of one episode (rollouts call it)."""
         return SideTrace(self.tokenizer, self.stop_ids)
 
-    def generate(self, prompts: list[list[int]], seeds: Sequence[int | None]) -> list[Reply]:
-        if self.engine is not None:
-            return self.engine.generate(prompts, seeds)
-        self.model.eval()
-        replies: list[Reply] = []
-        with self.active():
-            for start in range(0, len(prompts), self.generation_batch):
-                chunk = slice(start, start + self.generation_batch)
-                replies.extend(self.simulator.generate(prompts[chunk], seeds[chunk]))
+    def generate(self, prompts: list[list[int]], seeds: Sequence[int | None]) -> list[Reply | ContextFull]:
+        """A reply per prompt, its prompt and tokens within `max_model_len` whichever engine
+        samples it (a turn is cut to fit); a prompt that leaves no room gets `ContextFull`, which
+        ends its episode as `max_model_len`."""
+        budgets = turn_budgets(prompts, self.simulator.max_new_tokens, self.max_model_len)
+        room = [i for i, budget in enumerate(budgets) if budget > 0]
+        generated: list[Reply] = []
+        if room and self.engine is not None:
+            generated = self.engine.generate(
+                [prompts[i] for i in room], [seeds[i] for i in room], [budgets[i] for i in room]
+            )
+        elif room:
+            self.model.eval()
+            with self.active():
+                for start in range(0, len(room), self.generation_batch):
+                    chunk = room[start : start + self.generation_batch]
+                    generated.extend(
+                        self.simulator.generate(
+                            [prompts[i] for i in chunk], [seeds[i] for i in chunk], [budgets[i] for i in chunk]
+                        )
+                    )
+        replies: list[Reply | ContextFull] = [
+            ContextFull(f"the prompt has {len(prompt)} tokens, max_model_len {self.max_model_len}")
+            for prompt in prompts
+        ]
+        for index, reply in zip(room, generated, strict=True):
+            replies[index] = reply
         return replies
 
     def sequence_logprobs(self, samples: Sequence[Sample]) -> tuple[Any, Any, Any]:
@@ -180,8 +200,11 @@ class LMPolicy:
         logprobs = torch.zeros(len(samples), width - 1, device=device)
         entropy = torch.zeros(len(samples), width - 1, device=device)
         with self.active():
+            # use_cache=False: the training forward never builds a KV cache (transformers would,
+            # without gradient checkpointing, for the whole batch)
             if self.logprob_chunk:
-                hidden = self.model.get_decoder()(input_ids=ids, attention_mask=attention).last_hidden_state
+                decoder = self.model.get_decoder()
+                hidden = decoder(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
                 head = self.model.get_output_embeddings()
                 from torch.utils.checkpoint import checkpoint
 
@@ -198,7 +221,8 @@ class LMPolicy:
                     logprobs[:, start:stop], entropy[:, start:stop] = chunk_logprobs, chunk_entropy
             else:
                 keep = {"logits_to_keep": width - first} if self._keeps_logits else {}
-                logits = self.model(input_ids=ids, attention_mask=attention, **keep).logits[:, -(width - first) :]
+                out = self.model(input_ids=ids, attention_mask=attention, use_cache=False, **keep)
+                logits = out.logits[:, -(width - first) :]
                 logprobs[:, first:], entropy[:, first:] = self._token_logprobs(logits[:, :-1], targets)
         return logprobs, mask, entropy
 
@@ -273,6 +297,12 @@ class LMPolicy:
                     f"missing {real_missing}, unexpected {unexpected}"
                 )
 
+    def freeze_for_generation(self) -> LMPolicy:
+        """This policy as a generation-only copy (a full-fine-tuning pool snapshot): its weights in
+        `dtype`, without gradients, as `scope plan` counts it."""
+        self.model.to(self.dtype).requires_grad_(False).eval()
+        return self
+
     def snapshot(self, directory: Path, name: str) -> AdapterSnapshot:
         """A frozen earlier version of this policy, saved in `directory`, as a policy that
         generates with it: an extra adapter on the same resident base (LoRA only)."""
@@ -320,6 +350,7 @@ def build_policy(
     gradient_checkpointing: bool = False,
     logprob_chunk: int = 0,
     generation_batch: int = 32,
+    max_model_len: int | None = None,
 ) -> Any:
     """A language model: `tiny` (a random model for tests), `smollm2`, `hf:MODEL_OR_PATH`; otherwise
     a linear act policy for envs with discrete acts: `linear`, or the spec of a linear policy to
@@ -350,7 +381,16 @@ def build_policy(
         logprob_chunk=logprob_chunk,
         generation_batch=generation_batch,
         adapter=side,
+        max_model_len=max_model_len,
     )
+
+
+def turn_budgets(prompts: Sequence[Sequence[int]], max_new_tokens: int, max_model_len: int | None) -> list[int]:
+    """How many tokens each prompt's turn may generate: `max_new_tokens`, cut so that the prompt
+    and its turn fit in `max_model_len` (0: no room, the context is full)."""
+    if max_model_len is None:
+        return [max_new_tokens] * len(prompts)
+    return [max(min(max_new_tokens, max_model_len - len(prompt)), 0) for prompt in prompts]
 
 
 def language_model_of(spec: str) -> str | None:

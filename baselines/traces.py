@@ -125,3 +125,16 @@ class SideTrace:
         for sample in samples:
             sample.check()
         return samples
+
+
+def template_rerenders(tokenizer: Any) -> bool:
+    """Whether `tokenizer`'s chat template re-renders an earlier turn once the conversation goes
+    on (so `SideTrace` trains an episode as one sample per turn), tried on a short conversation."""
+    view = [
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": "Hello."},
+        {"role": "assistant", "content": "Hi, how can I help?"},
+        {"role": "user", "content": "Tell me more."},
+    ]
+    before = render_text(tokenizer, view[:3], None, False)
+    return not render_text(tokenizer, view, None, True).startswith(before)

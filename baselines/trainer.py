@@ -63,6 +63,8 @@ from sims.verbalized import verbalize
 
 # what a run writes into its output folder, besides its simulator pool (`sim_pool`), and a fresh start
 # deletes; anything else there, such as vLLM's served adapters or wandb's own folders, is left alone
+# the end of an episode a policy could not play (its API failed after its retries): never trained on
+FAILED = "policy_error"
 RUN_FILES = ("checkpoints", "metrics.jsonl", "tensorboard", "curves.png", "config.yaml")
 
 
@@ -164,19 +166,27 @@ class Trainer:
         config = self.config
         policy = base.with_adapter(side) if base is not None else self._build_policy(spec, seed=seed, side=side)
         optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=lr, weight_decay=config.weight_decay)
-        loss_config = LossConfig(
-            clip_low=config.clip_low,
-            clip_high=config.clip_high,
-            kl_coef=kl_coef,
-            aggregation=config.aggregation,
-            constant_denominator=float(config.group_size * config.max_new_tokens),
-        )
+        loss_config = self.loss_config(config, kl_coef)
         if kl_coef > 0:
             policy.freeze_reference()
         if config.generation_engine == "vllm":
             policy.engine = self._vllm_engine(spec).handle(side)
             policy.engine.sync(policy)
         return Learner(side, policy, optimizer, loss_config, RunningBaseline(decay=config.rae_decay))
+
+    @staticmethod
+    def loss_config(config: TrainConfig, kl_coef: float) -> LossConfig:
+        """The loss of a learner. Dr. GRPO's constant (`aggregation: constant`) is the paper's:
+        each sequence's summed token losses over the generation budget of one sequence, which in
+        a multi-turn episode is the cap on its whole length, `max_model_len`; then the mean over
+        the step's sequences."""
+        return LossConfig(
+            clip_low=config.clip_low,
+            clip_high=config.clip_high,
+            kl_coef=kl_coef,
+            aggregation=config.aggregation,
+            constant_tokens=float(config.max_model_len),
+        )
 
     def _build_policy(self, spec: str, *, seed: int, side: str) -> Any:
         config = self.config
@@ -193,6 +203,7 @@ class Trainer:
             gradient_checkpointing=config.gradient_checkpointing,
             logprob_chunk=config.logprob_chunk,
             generation_batch=config.generation_batch,
+            max_model_len=config.max_model_len,
         )
 
     def _opponents(self) -> Opponents:
@@ -269,7 +280,8 @@ class Trainer:
 
     def _load_snapshot(self, directory: Path) -> Any:
         """A pool member as a policy: with LoRA, its adapter loaded beside the live ones on their
-        resident base; otherwise the simulator's architecture with the member's weights."""
+        resident base; otherwise the simulator's architecture with the member's weights, in
+        `dtype` and frozen (it only generates)."""
         live = self.learners[USER].policy
         if getattr(live, "is_lora", False):
             return live.snapshot(directory, name=f"pool-{directory.name}")
@@ -277,7 +289,7 @@ class Trainer:
             self.config.simulator_policy or self.config.policy, seed=self.config.seed + 1, side=USER
         )
         policy.load_weights(directory)
-        return policy
+        return policy.freeze_for_generation() if hasattr(policy, "freeze_for_generation") else policy
 
     # ---- rollouts -------------------------------------------------------------------------------
 
@@ -330,9 +342,14 @@ class Trainer:
         import torch
 
         rows: list[tuple[Sample, float]] = []
-        zero_variance, rewards_seen = 0, []
+        zero_variance, rewards_seen, dropped_groups = 0, [], 0
         for group in groups:
-            members = [e for e in episodes if e.group == group]
+            # an episode a policy could not play (an API outage) says nothing about the learner:
+            # it never enters the gradient, nor its group's baseline
+            members = [e for e in episodes if e.group == group and e.end_reason != FAILED]
+            if len(members) < min(self.config.min_group_episodes, self.config.group_size):
+                dropped_groups += 1
+                continue
             rewards = self.side_rewards(learner.side, members)
             rewards_seen.extend(rewards.tolist())
             zero_variance += int(np.ptp(rewards) == 0)
@@ -346,7 +363,8 @@ class Trainer:
             for episode, advantage in zip(members, values):
                 rows.extend((sample, float(advantage)) for sample in episode.samples.get(learner.side, []))
         summary: dict[str, float] = {"reward_trained": float(np.mean(rewards_seen)) if rewards_seen else float("nan")}
-        summary["zero_variance_groups"] = zero_variance / max(len(groups), 1)
+        summary["zero_variance_groups"] = zero_variance / max(len(groups) - dropped_groups, 1)
+        summary["dropped_groups"] = dropped_groups
         if not rows:
             return summary
         policy = learner.policy
@@ -364,9 +382,10 @@ class Trainer:
                 [s.logprobs[1:] + [0.0] * (mask.shape[1] + 1 - len(s.logprobs)) for s in samples],
                 device=logprobs.device,
             )
-            # With vLLM sampling, the trainer's own log-probs before this update are the "old" ones
-            # and vLLM's are the behaviour policy's, corrected for by truncated importance sampling.
-            old, behaviour = (logprobs.detach(), sampled) if policy.engine is not None else (sampled, None)
+            # One estimator whatever the engine: the "old" log-probs are the training forward's own
+            # (before this update), and the gap to the log-probs the tokens were sampled with (a
+            # KV-cached loop's or vLLM's, in their precision) is the truncated importance weight's.
+            old, behaviour = logprobs.detach(), sampled
             advantages = torch.tensor([[a] for _, a in chunk], device=logprobs.device).expand_as(logprobs)
             reference = policy.reference_logprobs(samples) if learner.loss_config.kl_coef > 0 else None
             loss, chunk_stats = policy_loss(
@@ -562,6 +581,7 @@ class Trainer:
             "turns": float(np.mean([e.turns for e in episodes])),
             "generated_tokens_per_s": sum(e.generated_tokens for e in episodes) / max(rollout_time, 1e-9),
             "failed_episode_share": failed_share,
+            "failed_episodes": sum(e.end_reason == FAILED for e in episodes),
         }
         for side, learner in self.learners.items():
             own_groups = [g for g in range(groups) if players[g][side] is learner.policy]
@@ -589,7 +609,7 @@ class Trainer:
     def _check_failed_episodes(self, step: int, episodes: list[Episode]) -> float:
         """The share of episodes a policy could not play (`policy_error`); too many stop the run
         before it trains on them: a broken simulator must not pass for a reward of 0."""
-        failed = sum(e.end_reason == "policy_error" for e in episodes)
+        failed = sum(e.end_reason == FAILED for e in episodes)
         share = failed / max(len(episodes), 1)
         if share > self.config.max_failed_episode_share:
             raise TooManyFailedEpisodes(
@@ -613,6 +633,8 @@ class Trainer:
             learner.policy.save(staging / side / "policy")
             torch.save(learner.optimizer.state_dict(), staging / side / "optimizer.pt")
         torch.save(torch.get_rng_state(), staging / "torch_rng.pt")
+        if torch.cuda.is_available():  # dropout on the GPU draws from CUDA's generators
+            torch.save(torch.cuda.get_rng_state_all(), staging / "cuda_rng.pt")
         baselines = {
             side: [[list(k), v] for k, v in learner.baseline.values.items()] for side, learner in self.learners.items()
         }
@@ -693,6 +715,8 @@ class Trainer:
                 learner.optimizer.load_state_dict(torch.load(directory / side / "optimizer.pt", weights_only=True))
                 learner.baseline.values = {tuple(k): v for k, v in state["baselines"].get(side, [])}
             torch.set_rng_state(torch.load(directory / "torch_rng.pt", weights_only=True))
+            if torch.cuda.is_available() and (directory / "cuda_rng.pt").is_file():
+                torch.cuda.set_rng_state_all(torch.load(directory / "cuda_rng.pt", weights_only=True))
             self.step = int(state["step"])
             for learner in self.learners.values():  # the generation engine serves the restored weights
                 if learner.policy.engine is not None:

@@ -204,9 +204,13 @@ class HFSimulator(Simulator):
             replies.extend(self.generate(prompts[chunk], seed_list[chunk]))
         return replies
 
-    def generate(self, prompts: list[list[int]], seeds: Sequence[int | None]) -> list[Reply]:
-        """Samples one continuation per prompt (token ids), each row with its own generator."""
+    def generate(
+        self, prompts: list[list[int]], seeds: Sequence[int | None], budgets: Sequence[int] | None = None
+    ) -> list[Reply]:
+        """Samples one continuation per prompt (token ids), each row with its own generator and at
+        most its `budgets` entry of new tokens (default `max_new_tokens`)."""
         torch = _torch()
+        budgets = list(budgets) if budgets is not None else [self.max_new_tokens] * len(prompts)
         pad = self.tokenizer.pad_token_id
         width = max(len(p) for p in prompts)
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
@@ -218,7 +222,6 @@ class HFSimulator(Simulator):
             generators.append(generator)
         tokens: list[list[int]] = [[] for _ in prompts]
         logprobs: list[list[float]] = [[] for _ in prompts]
-        done = [False] * len(prompts)
         with torch.no_grad():
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
             out = self.model(
@@ -228,7 +231,10 @@ class HFSimulator(Simulator):
                 use_cache=True,
                 **self._last_logits_only,
             )
-            for _ in range(self.max_new_tokens):
+            done = [budget < 1 for budget in budgets]
+            for _ in range(max(budgets, default=0)):
+                if all(done):
+                    break
                 logits = out.logits[:, -1, :].float()
                 chosen, chosen_logprobs = self._sample(logits, generators)
                 for row, token in enumerate(chosen):
@@ -236,11 +242,12 @@ class HFSimulator(Simulator):
                         continue
                     tokens[row].append(token)
                     logprobs[row].append(chosen_logprobs[row])
-                    done[row] = token in self.stop_ids
+                    done[row] = token in self.stop_ids or len(tokens[row]) >= budgets[row]
                 if all(done):
                     break
                 next_ids = torch.tensor(
-                    [[pad if d and t[-1] in self.stop_ids else t[-1]] for d, t in zip(done, tokens)], device=self.device
+                    [[pad if d and (not t or t[-1] in self.stop_ids) else t[-1]] for d, t in zip(done, tokens)],
+                    device=self.device,
                 )
                 mask = torch.cat([mask, torch.ones((len(prompts), 1), dtype=mask.dtype, device=self.device)], dim=1)
                 positions = positions[:, -1:] + 1

@@ -130,7 +130,7 @@ def test_the_curriculum_simulator_gets_a_gradient(tmp_path):
 
 
 class CopyEngine:
-    """A generation engine at the trainer's boundary (`sync(policy)`, `generate(prompts, seeds)`):
+    """A generation engine at the trainer's boundary (`sync(policy)`, `generate(prompts, seeds, budgets)`):
     it generates with its own copy of the weights, which only `sync` refreshes, as vLLM does."""
 
     def __init__(self, policy: LMPolicy) -> None:
@@ -143,8 +143,8 @@ class CopyEngine:
         self.simulator.model.load_state_dict(model.state_dict())
         self.syncs += 1
 
-    def generate(self, prompts, seeds):
-        return self.simulator.generate(prompts, seeds)
+    def generate(self, prompts, seeds, budgets=None):
+        return self.simulator.generate(prompts, seeds, budgets)
 
     def weights(self) -> list:
         return [p.detach().clone() for p in self.simulator.model.parameters()]
@@ -198,7 +198,7 @@ def test_generation_runs_in_batches_of_the_configured_size():
     policy = LMPolicy(simulator, generation_batch=2)
     sizes = []
     generate = simulator.generate
-    simulator.generate = lambda prompts, seeds: sizes.append(len(prompts)) or generate(prompts, seeds)
+    simulator.generate = lambda prompts, seeds, budgets: sizes.append(len(prompts)) or generate(prompts, seeds, budgets)
     prompt = simulator.render([{"role": "user", "content": "hi"}])
     replies = policy.generate([prompt] * 5, list(range(5)))
     assert len(replies) == 5 and sizes == [2, 2, 1]

@@ -71,10 +71,9 @@ def test_aggregations_and_kl():
     logprobs, old, advantages, mask = batch()
     per_sequence, _ = policy_loss(logprobs, old, advantages, mask, LossConfig(aggregation="sequence_mean"))
     assert float(per_sequence) == pytest.approx(-(((1.28 + 1.0) / 2) + ((-3.0 - 2.0) / 2)) / 2, rel=1e-5)
-    constant, _ = policy_loss(
-        logprobs, old, advantages, mask, LossConfig(aggregation="constant", constant_denominator=10.0)
-    )
-    assert float(constant) == pytest.approx(-(1.28 + 1.0 - 3.0 - 2.0) / 10, rel=1e-5)
+    constant, _ = policy_loss(logprobs, old, advantages, mask, LossConfig(aggregation="constant", constant_tokens=10.0))
+    # Dr. GRPO: each sequence's sum over the per-sequence budget, averaged over the 2 sequences
+    assert float(constant) == pytest.approx(-(1.28 + 1.0 - 3.0 - 2.0) / (2 * 10), rel=1e-5)
     ref = logprobs - 0.1
     with_kl, stats = policy_loss(logprobs, old, advantages, mask, LossConfig(kl_coef=0.5), ref_logprobs=ref)
     k3 = np.exp(-0.1) + 0.1 - 1
@@ -99,3 +98,34 @@ def test_gradient_only_flows_through_masked_tokens():
     assert torch.all(logprobs.grad[mask == 0] == 0)  # prompt and other-side tokens get no gradient
     assert float(logprobs.grad[0, 1]) == 0.0  # clipped: no gradient
     assert all(float(logprobs.grad[i, j]) != 0.0 for i, j in ((0, 2), (1, 0), (1, 1)))
+
+
+def test_the_behaviour_gap_is_measured_where_the_mean_ratio_cannot_see_it():
+    """Tokens sampled at temperature 0.7, scored at 0.5: E_q[p / q] = 1 whatever p is, so the mean
+    ratio stays near 1; mean |log r| and the share outside the clip range do not."""
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(4000, 50, generator=generator) * 2
+    sampling = torch.log_softmax(logits / 0.7, -1)
+    tokens = torch.multinomial(sampling.exp(), 1, generator=generator)
+    behaviour = sampling.gather(-1, tokens).T
+    scored = torch.log_softmax(logits / 0.5, -1).gather(-1, tokens).T
+    mask, advantages = torch.ones_like(scored), torch.ones_like(scored)
+    _, mismatched = policy_loss(scored, scored, advantages, mask, LossConfig(), behaviour_logprobs=behaviour)
+    assert abs(float(torch.exp(scored - behaviour).mean()) - 1) < 0.05  # the check that could not fail
+    assert mismatched["behaviour_log_ratio_abs"] > 0.1 and mismatched["behaviour_clip_fraction"] > 0.1
+    _, agreeing = policy_loss(behaviour, behaviour, advantages, mask, LossConfig(), behaviour_logprobs=behaviour)
+    assert agreeing["behaviour_log_ratio_abs"] == 0 and agreeing["behaviour_clip_fraction"] == 0
+
+
+def test_the_k3_gradient_is_that_of_the_reverse_kl():
+    """Exactly, over a 6-token vocabulary: E_{x ~ pi}[grad k3(x)] = grad KL(ref || pi), not grad KL(pi || ref)."""
+    theta = torch.randn(6, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    ref = torch.log_softmax(torch.randn(6, generator=torch.Generator().manual_seed(2)), -1)
+    logp = torch.log_softmax(theta, -1)
+    log_ratio = ref - logp
+    k3 = torch.exp(log_ratio) - log_ratio - 1
+    (expected_grad,) = torch.autograd.grad((logp.exp().detach() * k3).sum(), theta, retain_graph=True)
+    (reverse,) = torch.autograd.grad((ref.exp() * (ref - logp)).sum(), theta, retain_graph=True)
+    (forward,) = torch.autograd.grad((logp.exp() * (logp - ref)).sum(), theta)
+    torch.testing.assert_close(expected_grad, reverse)
+    assert not torch.allclose(expected_grad, forward, atol=1e-3)

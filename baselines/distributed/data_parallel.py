@@ -4,7 +4,8 @@ Every rank holds the same model and optimizer state and the whole batch of the s
 `update` computes the batch's `BatchTotals` over ALL its samples, so each micro-batch's loss is its
 share of the whole batch's loss; each rank then runs the backward pass of its own micro-batches
 (`shard`: every `world_size`-th one), the gradients are summed over the ranks (`all_reduce_gradients`),
-and every rank takes the same clipped optimizer step. The sum of the shares' gradients is the whole
+and every rank takes the same clipped optimizer step. The sum goes in DDP-style buckets of about
+25 MB (one collective per bucket, not per tensor). The sum of the shares' gradients is the whole
 batch's gradient, so the step is that of one rank with the whole batch (up to the order of float sums).
 """
 
@@ -15,6 +16,24 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 Item = TypeVar("Item")
+BUCKET_BYTES = 25 * 2**20  # torch DDP's default bucket_cap_mb
+
+
+def buckets(tensors: Sequence[Any], bucket_bytes: int) -> list[list[Any]]:
+    """`tensors` in order, grouped into runs of one dtype and device of at most `bucket_bytes`
+    each (a tensor larger than that is a bucket of its own)."""
+    groups: list[list[Any]] = []
+    size = 0
+    for tensor in tensors:
+        nbytes = tensor.numel() * tensor.element_size()
+        last = groups[-1][-1] if groups else None
+        same_kind = last is not None and (last.dtype, last.device) == (tensor.dtype, tensor.device)
+        if not same_kind or size + nbytes > bucket_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(tensor)
+        size += nbytes
+    return groups
 
 
 @dataclass(frozen=True)
@@ -39,15 +58,28 @@ class DataParallel:
         """This rank's share of `items` (every `world_size`-th, starting at its rank)."""
         return list(items[self.rank :: self.world_size])
 
-    def all_reduce_gradients(self, parameters: Iterable[Any]) -> None:
-        """Sums each parameter's gradient over the ranks (a rank without micro-batches adds zeros)."""
+    def all_reduce_gradients(self, parameters: Iterable[Any], bucket_bytes: int = BUCKET_BYTES) -> int:
+        """Sums each parameter's gradient over the ranks (a rank without micro-batches adds zeros),
+        as torch DDP does: the gradients flattened into buckets of about `bucket_bytes`, one
+        all-reduce per bucket instead of one per tensor (a LoRA r = 32 adapter of Qwen3-4B has 504).
+        Returns the number of collectives."""
         import torch
         import torch.distributed as dist
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+        gradients = []
         for parameter in parameters:
             if parameter.grad is None:
                 parameter.grad = torch.zeros_like(parameter)
-            dist.all_reduce(parameter.grad, op=dist.ReduceOp.SUM)
+            gradients.append(parameter.grad)
+        collectives = 0
+        for bucket in buckets(gradients, bucket_bytes):
+            flat = _flatten_dense_tensors(bucket)
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+            for gradient, summed in zip(bucket, _unflatten_dense_tensors(flat, bucket), strict=True):
+                gradient.copy_(summed)
+            collectives += 1
+        return collectives
 
     def all_reduce_sum(self, value: float) -> float:
         """A number summed over the ranks (the step's loss, from each rank's micro-batches)."""

@@ -181,6 +181,8 @@ class DialogueBatch:
             # appends while stepping are new to the model and go into its next prompt.
             seen = len(pending.messages) + 1
             self.step(side, {pending.index: reply})
+            if isinstance(reply, PolicyError):  # no turn was generated (e.g. the context is full)
+                continue
             self.traces[pending.index][side].record(reply.token_ids or [], reply.logprobs or [], seen)
             self.generated_tokens[pending.index] += len(reply.token_ids or [])
 

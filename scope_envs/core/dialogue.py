@@ -297,9 +297,10 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
 
     def take_turn(self, side: str, reply: Any) -> Transition:
         """Applies what `side`'s policy produced: its reply is the side's action; a `PolicyError`
-        (the policy could not reply) ends the episode as a truncation, `policy_error`."""
+        (the policy could not reply) ends the episode as a truncation, `policy_error` (or the
+        error's own `end_reason`, such as `max_model_len`)."""
         if isinstance(reply, PolicyError):
-            return self.abort("policy_error", str(reply))
+            return self.abort(reply.end_reason, str(reply))
         return self.step({side: reply})
 
     def abort(self, reason: str, detail: str = "") -> Transition:

@@ -39,6 +39,15 @@ class PolicyError(RuntimeError):
     (`end_reason == "policy_error"`) instead of letting it end the whole run.
     """
 
+    end_reason = "policy_error"  # the truncation it ends an episode with
+
+
+class ContextFull(PolicyError):
+    """A model whose context (its `max_model_len` tokens) has no room left for another turn: the
+    episode ends as a truncation named `max_model_len`, not as a failure of the policy."""
+
+    end_reason = "max_model_len"
+
 
 class SimulatorError(PolicyError):
     """A simulator backend could not produce a usable reply; a `PolicyError` like any other."""
