@@ -289,7 +289,8 @@ def dialogue_states(
                 if len(views) > wanted:
                     break
             turn_seed = derive_seed(seed + index, len(env.log))
-            infos = play_turn(env, speaker, policies[speaker], infos[speaker], turn_seed)[4]
+            play_turn(env, speaker, policies[speaker], turn_seed)
+            infos = env.chat_infos
         if views:
             states.append(views[min(wanted, len(views) - 1)])
     return states

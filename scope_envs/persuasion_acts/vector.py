@@ -42,7 +42,7 @@ class PersuasionActsVectorEnv(VectorEnv):
         env: str = ENTRY_POINT,
         **env_kwargs: Any,
     ) -> None:
-        if env != ENTRY_POINT:
+        if env not in (ENTRY_POINT, "PersuasionActs"):
             raise ValueError(f"PersuasionActsVectorEnv batches {ENTRY_POINT}, not {env!r}")
         if obs != "features":
             raise ValueError(
