@@ -76,8 +76,9 @@ def test_a_turn_is_said_to_the_simulated_user_and_the_env_scores_the_episode():
     assert "donat" in opening.lower()
     reply = chat.say("Hello! Would you donate to Save the Children?")
     assert reply and chat.dialogue.views[AGENT][-1].role == "user"
+    ended_by_the_conversation = chat.dialogue.end is not None
     reward = chat.get_reward()
-    assert chat.dialogue.end is not None and chat.dialogue.end.reason in {"rollout_ended", *{chat.dialogue.end.reason}}
+    assert ended_by_the_conversation or chat.dialogue.end.reason == "rollout_ended"
     assert reward == chat.dialogue.chat_infos[AGENT]["reward_info"]["reward"]
     assert chat.say("anyone there?").endswith("over.]")
 
