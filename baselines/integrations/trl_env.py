@@ -4,9 +4,9 @@ simulator spec plays the user, the env scores the episode.
     from trl import GRPOConfig, GRPOTrainer
     from baselines.integrations.trl_env import environment_factory, task_dataset
 
-    trainer = GRPOTrainer(
-        model=..., args=GRPOConfig(...), train_dataset=task_dataset("P4G", 64),
-        environment_factory=environment_factory("P4G", simulator="openai:gpt-5-mini"),
+    trainer = GRPOTrainer(  # ENV: a registered env name
+        model=..., args=GRPOConfig(...), train_dataset=task_dataset(ENV, 64),
+        environment_factory=environment_factory(ENV, simulator="openai:gpt-5-mini"),
     )
 
 TRL (tested: `trl>=1.16,<1.17`, its `environment_factory` API) makes one environment per rollout,
@@ -17,8 +17,8 @@ the environment's public methods as tools, and calls `get_reward()` when the rol
   `split`) and returns the agent's view so far: its system prompt and any opening user turns;
 * `say(message)` is the agent's turn: the message goes to the user, whose simulator replies
   (through the env's agent view, `scope_envs.core.views.AgentView`); the reply is the tool's result;
-* `use_tool(name, arguments)`, offered only where the env gives the agent tools (tau2's service
-  tools), is a tool call of the agent, executed by the env;
+* `use_tool(name, arguments)`, offered only where the env gives the agent tools (a customer-service
+  domain's tools), is a tool call of the agent, executed by the env;
 * `get_reward()` is the agent's terminal reward; a rollout that stops before the conversation
   ends is ended as a truncation (`rollout_ended`) and scored by the env's own rules.
 """
