@@ -103,7 +103,8 @@ def build_act_policy(spec: str, *, env: Any, side: str, temperature: float) -> A
     observation, actions = env.observation_space(side), env.action_space(side)
     if isinstance(observation, spaces.Dict):
         observation = observation.spaces.get("features", observation.spaces.get("observation", observation))
-    if not (isinstance(actions, spaces.Discrete) and isinstance(observation, spaces.Box) and observation.ndim == 1):
+    flat_box = isinstance(observation, spaces.Box) and len(observation.shape) == 1
+    if not (isinstance(actions, spaces.Discrete) and flat_box):
         raise ValueError(
             f"policy {spec!r} is a linear act policy: it needs an env whose {side!r} side has Discrete actions "
             f"and a 'features' vector in its observation; {type(env).__name__} has {actions} and {observation}"
