@@ -280,7 +280,8 @@ def dialogue_states(
     rng = np.random.default_rng(seed)
     states = []
     for index in range(count):
-        _, infos = env.reset(seed=seed + index)
+        env.reset(seed=seed + index)
+        infos = env.chat_infos
         wanted, views = int(rng.integers(0, max_turn)), []
         while env.agents and len(views) <= wanted:
             speaker = env.to_speak
