@@ -101,16 +101,15 @@ def build_act_policy(spec: str, *, env: Any, side: str, temperature: float) -> A
     from gymnasium import spaces
 
     observation, actions = env.observation_space(side), env.action_space(side)
-    if not (
-        isinstance(actions, spaces.Discrete)
-        and isinstance(observation, spaces.Dict)
-        and "features" in observation.spaces
-    ):
+    if isinstance(observation, spaces.Dict):
+        observation = observation.spaces.get("features", observation.spaces.get("observation", observation))
+    flat_box = isinstance(observation, spaces.Box) and len(observation.shape) == 1
+    if not (isinstance(actions, spaces.Discrete) and flat_box):
         raise ValueError(
             f"policy {spec!r} is a linear act policy: it needs an env whose {side!r} side has Discrete actions "
             f"and a 'features' vector in its observation; {type(env).__name__} has {actions} and {observation}"
         )
-    n_features, n_acts = observation["features"].shape[0], int(actions.n)
+    n_features, n_acts = observation.shape[0], int(actions.n)
     if spec == "linear":
         return ActPolicy(n_features, n_acts, temperature=temperature)
     start = make_policy(spec, env=env, side=side)

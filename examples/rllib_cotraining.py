@@ -2,8 +2,8 @@
 
     python examples/rllib_cotraining.py --iterations 20
 
-RLlib's own `ParallelPettingZooEnv` takes the PettingZoo env as is (`obs="features"` gives each side
-a `Box`; `info="lean"` keeps the infos numeric); the persuader and the persuadee are two policies
+RLlib's own `ParallelPettingZooEnv` takes the PettingZoo env as made, with no arguments (each side
+observes a `Box`; the infos are numeric); the persuader and the persuadee are two policies
 updated on their own turns of the same conversations: co-training, in RLlib. The persuadee's
 donation decisions answer only requests; an act it may not take now is refused and counts against
 the error budget, so it learns the rule from the reward (the mask is in `info["action_mask"]`).
@@ -26,7 +26,7 @@ SIDES = ("agent", "user")
 
 
 def config(train_batch: int = 1000) -> PPOConfig:
-    register_env("persuasion_acts", lambda _: ParallelPettingZooEnv(parallel_env(obs="features", info="lean")))
+    register_env("persuasion_acts", lambda _: ParallelPettingZooEnv(parallel_env()))
     return (
         PPOConfig()
         .environment("persuasion_acts")

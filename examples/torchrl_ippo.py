@@ -2,9 +2,9 @@
 
     python examples/torchrl_ippo.py --frames 20000
 
-TorchRL's own `PettingZooWrapper` takes the PettingZoo env as is: `obs="features"` gives arrays,
-`action_mask=True` puts each side's allowed acts in its observation (all ones for the side that is
-not to speak, whose act the env ignores), and `info="lean"` keeps the infos numeric. Each side is
+TorchRL's own `PettingZooWrapper` takes the PettingZoo env as made (arrays, numeric infos with an
+ndarray `action_mask`); `action_mask=True` here moves each side's allowed acts into its observation
+(all ones for the side that is not to speak, whose act the env ignores). Each side is
 its own group, with a masked categorical actor and a critic, trained by `ClipPPOLoss` on GAE
 advantages: independent PPO, the sides co-trained against each other.
 """
@@ -25,7 +25,7 @@ from scope_envs.persuasion_acts import parallel_env
 
 
 def make_env(seed: int) -> PettingZooWrapper:
-    env = parallel_env(obs="features", action_mask=True, info="lean")
+    env = parallel_env(action_mask=True)
     return PettingZooWrapper(env, categorical_actions=True, use_mask=True, seed=seed)
 
 

@@ -36,7 +36,6 @@ def register_all() -> None:
         rollout="scope_envs.persuasion_acts.rollout:collect",
         policies={"family": "scope_envs.persuasion_acts.simulators:make_family"},
         vector_entry_point="scope_envs.persuasion_acts.vector:PersuasionActsVectorEnv",
-        view_kwargs={"obs": "features"},  # the Gymnasium views take arrays: PPO("MlpPolicy", gym.make(id))
     )
     register_dialogue_env(
         "PersuasionActs-v1",
@@ -45,7 +44,6 @@ def register_all() -> None:
         rollout="scope_envs.persuasion_acts.rollout:collect",
         policies={"mixture": "scope_envs.persuasion_acts.mixture:make_mixture"},
         vector_entry_point="scope_envs.persuasion_acts.vector:PersuasionActsVectorEnv",
-        view_kwargs={"obs": "features"},
         version=1,
     )
     register_dialogue_env(

@@ -90,14 +90,15 @@ def play_random_episode(env: DialogueEnv, seed: int, max_steps: int = 500) -> li
     rng = np.random.default_rng(seed)
     for side in SIDES:
         env.action_space(side).seed(seed)
-    observations, infos = env.reset(seed=seed)
+    observations, _ = env.reset(seed=seed)
+    infos = env.chat_infos  # the full infos, whatever the env's info option returns
     _check_live(env, observations, infos)
     steps: list[tuple] = [(observations, infos)]
     for _ in range(max_steps):
         speaker = infos[AGENT]["to_speak"]
         before = {side: len(infos[side]["messages"]) for side in SIDES}
         action = random_action(env, speaker, rng)
-        transition = env.step({side: (action if side == speaker else "") for side in SIDES})
+        transition = (*env.step({side: (action if side == speaker else "") for side in SIDES})[:4], env.chat_infos)
         observations, _, _, _, infos = transition
         steps.append(transition)
         _check_transition(env, speaker, before, transition)
@@ -257,11 +258,13 @@ def check_view(
     assert isinstance(view, DialogueView)
     for episode in range(episodes):
         view.action_space.seed(seed + episode)
-        _, info = view.reset(seed=seed + episode)
+        view.reset(seed=seed + episode)
+        info = view.dialogue.chat_infos[view.side]  # the full info, whatever the env's info option
         total, done, steps = 0.0, False, 0
         while not done:
             assert info.get("to_speak") in {view.side, None}
-            _, reward, terminated, truncated, info = view.step(view.action_space.sample())
+            _, reward, terminated, truncated, _ = view.step(view.action_space.sample())
+            info = view.dialogue.chat_infos[view.side]
             assert not (terminated and truncated)
             total += reward
             done = terminated or truncated

@@ -280,7 +280,8 @@ def dialogue_states(
     rng = np.random.default_rng(seed)
     states = []
     for index in range(count):
-        _, infos = env.reset(seed=seed + index)
+        env.reset(seed=seed + index)
+        infos = env.chat_infos
         wanted, views = int(rng.integers(0, max_turn)), []
         while env.agents and len(views) <= wanted:
             speaker = env.to_speak
@@ -289,7 +290,8 @@ def dialogue_states(
                 if len(views) > wanted:
                     break
             turn_seed = derive_seed(seed + index, len(env.log))
-            infos = play_turn(env, speaker, policies[speaker], infos[speaker], turn_seed)[4]
+            play_turn(env, speaker, policies[speaker], turn_seed)
+            infos = env.chat_infos
         if views:
             states.append(views[min(wanted, len(views) - 1)])
     return states

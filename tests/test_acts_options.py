@@ -30,8 +30,9 @@ def test_every_observation_lies_in_its_declared_space(obs, action_mask):
             observations, *_ = env.step({speaker: action})
 
 
-def test_the_pettingzoo_env_keeps_both_parts_and_the_views_default_to_a_box():
-    assert set(parallel_env().observation_space(AGENT).spaces) == {"features", "text"}
+def test_the_env_and_its_views_default_to_a_box_and_keep_text_as_an_option():
+    assert isinstance(parallel_env().observation_space(AGENT), spaces.Box)
+    assert set(parallel_env(obs="both").observation_space(AGENT).spaces) == {"features", "text"}
     view = gym.make(ENV_ID)
     assert isinstance(view.observation_space, spaces.Box)
     observation, _ = view.reset(seed=0)
@@ -71,9 +72,11 @@ def test_lean_infos_are_numeric_with_the_same_keys_at_every_step():
     assert set(masked.reset(seed=0)[1][AGENT]) == {"speaking"}, "the mask is in the observation, not twice"
 
 
-def test_the_full_infos_are_unchanged_by_default():
-    _, infos = parallel_env().reset(seed=0)
-    assert infos[AGENT]["to_speak"] == AGENT and infos[USER]["action_mask"] == [0] * len(PERSUADEE_ACTS)  # JSON-ready
+def test_the_full_infos_hold_the_dialogue_and_an_ndarray_mask():
+    env = parallel_env(info="full")
+    _, infos = env.reset(seed=0)
+    assert infos[AGENT]["to_speak"] == AGENT and infos[AGENT]["messages"] == env.chat_infos[AGENT]["messages"]
+    np.testing.assert_array_equal(infos[USER]["action_mask"], np.zeros(len(PERSUADEE_ACTS), np.int8))
 
 
 def test_the_user_view_gives_masks_that_maskable_learners_read():
@@ -158,7 +161,11 @@ def test_vector_env_is_reproducible_from_its_seed():
     assert not all(np.array_equal(a, b) for a, b in zip(play(3), play(4)))
 
 
-def test_a_gymnasium_view_of_lean_infos_says_what_is_wrong():
-    env = gym.make("scope_envs:scope/PersuasionActs-v0", info="lean")
-    with pytest.raises(ValueError, match="full infos"):
-        env.reset(seed=0)
+def test_a_gymnasium_view_plays_its_partner_from_the_chat_infos_whatever_its_info_option():
+    lean, full = (gym.make("scope_envs:scope/PersuasionActs-v0", info=mode) for mode in ("lean", "full"))
+    assert set(lean.reset(seed=0)[1]) == {"speaking", "action_mask"}
+    full.reset(seed=0)
+    for act in (0, 1, PROPOSITION):
+        (lean_obs, *lean_rest), (full_obs, *full_rest) = lean.step(act)[:4], full.step(act)[:4]
+        np.testing.assert_array_equal(lean_obs, full_obs)
+        assert lean_rest == full_rest

@@ -19,7 +19,7 @@ from scope_envs.persuasion_acts import PersuasionActsEnv
 
 
 def acts_env() -> PersuasionActsEnv:
-    env = PersuasionActsEnv()
+    env = PersuasionActsEnv(info="full")
     env.reset(seed=0)
     return env
 

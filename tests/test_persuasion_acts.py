@@ -31,7 +31,7 @@ def test_check_env_passes():
 
 
 def test_gymnasium_views_take_discrete_actions_and_text():
-    env = gym.make("scope/PersuasionActs-v0")
+    env = gym.make("scope/PersuasionActs-v0", info="full")
     observation, info = env.reset(seed=3)
     assert env.action_space == gym.spaces.Discrete(len(PERSUADER_ACTS))
     assert observation.dtype == np.float32 and all(info["action_mask"])  # obs="features": a Box by default
@@ -48,7 +48,7 @@ def test_gymnasium_views_take_discrete_actions_and_text():
 
 
 def test_decisions_answer_only_requests_and_bad_actions_are_explained():
-    env = PersuasionActsEnv()
+    env = PersuasionActsEnv(info="full")
     env.reset(seed=0)
     env.step({AGENT: 2})  # an emotion appeal
     assert not env.allowed(USER)[AGREE] and env.allowed(USER)[POSITIVE]
@@ -67,7 +67,7 @@ def test_decisions_answer_only_requests_and_bad_actions_are_explained():
 
 def test_the_env_is_a_batch_of_one():
     """The same acts give the same features and reward through the env and through `ActsBatch`."""
-    env = PersuasionActsEnv(exchanges=4)
+    env = PersuasionActsEnv(exchanges=4, obs="both")
     observations, _ = env.reset(options={"task_id": "test-00007"})
     batch = ActsBatch(env.persona("test-00007")[None], exchanges=4)
     script = [(0, 3), (1, 0), (PROPOSITION, 1), (ASK_AMOUNT, 3)]

@@ -138,7 +138,8 @@ class HumanGame:
         own messages are stepped again, tool results and opening turns come from the env itself.
         Then the opponent speaks if it is its turn. A study resumes an episode this way."""
         options = {k: v for k, v in (("task_id", self.settings.task_id), ("split", self.settings.split)) if v}
-        _, self.infos = self.env.reset(seed=self.settings.seed, options=options)
+        self.env.reset(seed=self.settings.seed, options=options)
+        self.infos = self.env.chat_infos
         self._vs_by_position, self.failure = {}, None
         for position, entry in enumerate(entries):
             if position < len(self.env.log):
@@ -181,12 +182,12 @@ class HumanGame:
             raise InvalidMove(f"it is the {self.env.to_speak}'s turn")
         transition = self.env.step({self.side: action, self.opponent_side: ""})
         self._take(transition)
-        self.last_error = transition[4][self.side].get("error")
+        self.last_error = self.infos[self.side].get("error")
         self._let_opponent_speak()
         return self.state()
 
     def _take(self, transition: Any) -> None:
-        self.infos = transition[4]
+        self.infos = self.env.chat_infos
         self.rewards = {side: float(value) for side, value in transition[1].items()}
 
     def _let_opponent_speak(self) -> None:
@@ -196,7 +197,7 @@ class HumanGame:
             seed = derive_seed(self.settings.seed, position)
             info = self.infos[self.opponent_side]
             try:
-                self._take(play_turn(self.env, self.opponent_side, self.opponent, info, seed))
+                self._take(play_turn(self.env, self.opponent_side, self.opponent, seed))
             except Exception:  # an API outage, a crashed model: the episode ends, the server does not
                 LOG.exception("the opponent %s failed; the episode ends", self.settings.opponent)
                 self.failure = OPPONENT_ERROR

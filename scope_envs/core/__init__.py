@@ -17,6 +17,7 @@ from scope_envs.core.dialogue import (
     other_side,
     user_reward_from,
 )
+from scope_envs.core.jsonable import jsonable
 from scope_envs.core.policy import ChatPolicy, PolicyError, Reply, Simulator, SimulatorError, Usage, run_sync
 from scope_envs.core.registration import REGISTERED, DialogueEnvInfo, find_env, register_dialogue_env, reply_rules_for
 from scope_envs.core.rules import ReplyRule
@@ -62,6 +63,7 @@ __all__ = [
     "UserView",
     "derive_seed",
     "find_env",
+    "jsonable",
     "function_tool",
     "make_policy",
     "other_side",

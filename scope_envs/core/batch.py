@@ -98,7 +98,8 @@ class DialogueBatch:
         if len(seed_list) != n or len(option_list) != n:
             raise ValueError(f"expected {n} seeds and {n} options")
         for i, env in enumerate(self.envs):
-            _, self._infos[i] = env.reset(seed=seed_list[i], options=dict(option_list[i] or {}))
+            env.reset(seed=seed_list[i], options=dict(option_list[i] or {}))
+            self._infos[i] = env.chat_infos
             self._episode_seeds[i] = int(env.np_random.integers(MAX_SEED)) if seed_list[i] is None else seed_list[i]
             self.results[i] = None
             self.traces[i] = {}
@@ -192,9 +193,9 @@ class DialogueBatch:
         self._record(index, env.take_turn(env.to_speak, PolicyError(error)))
 
     def _record(self, i: int, transition: Transition) -> None:
-        _, rewards, _, _, infos = transition
-        self._infos[i] = infos
+        rewards = transition[1]
         env = self.envs[i]
+        self._infos[i] = infos = env.chat_infos
         if env.end is None:
             return
         self.results[i] = EpisodeResult(
@@ -210,9 +211,10 @@ class DialogueBatch:
         )
 
 
-def play_turn(env: DialogueEnv, side: str, policy: Any, info: Mapping[str, Any], seed: int | None) -> Transition:
-    """One turn of `side` on `env`, played by `policy` from `side`'s current `info` (its view and
-    tools): the policy's reply, or the episode's failure when the policy could not reply."""
+def play_turn(env: DialogueEnv, side: str, policy: Any, seed: int | None) -> Transition:
+    """One turn of `side` on `env`, played by `policy` from `side`'s current view and tools
+    (`env.chat_infos`): the policy's reply, or the episode's failure when the policy could not reply."""
+    info = env.chat_infos[side]
     return env.take_turn(side, reply_or_error(policy, info["messages"], info["tools"], seed))
 
 

@@ -13,6 +13,11 @@ subclass provides" (it never overrides `step` or a private method); everything e
   limit: turns, error budget, tool calls in one turn, context budget, or a policy failure
   reported through `abort`;
 * rewards are per side and terminal, with a per-component breakdown in `info[side]["reward_info"]`.
+
+`chat_infos` holds each side's full info of the last `reset`/`step` (its view as OpenAI messages,
+its tools, the reward breakdown at the end): what a chat policy playing that side reads, and what
+every player of this library (views, batches, people) reads, even where a benchmark option returns
+leaner infos to array-based libraries.
 """
 
 from __future__ import annotations
@@ -161,6 +166,7 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
         self.scenario: Scenario | None = None
         self.to_speak: str | None = None
         self.end: EpisodeEnd | None = None
+        self.chat_infos: dict[str, dict[str, Any]] = {}
 
     # ---- what a subclass provides ------------------------------------------------------------
     # Required: `load_scenario` and `compute_rewards`. Optional: tools (`call_tool`), actions in
@@ -250,7 +256,8 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
         self.to_speak = scenario.first_speaker
         for side, text in scenario.opening:
             self._speak(side, Message("assistant", text))
-        return {side: self._observation(side) for side in SIDES}, {side: self._info(side) for side in SIDES}
+        self.chat_infos = {side: self._info(side) for side in SIDES}
+        return {side: self._observation(side) for side in SIDES}, self.chat_infos
 
     extra_options: ClassVar[tuple[str, ...]] = ()
 
@@ -456,6 +463,7 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
         truncated = dict.fromkeys(SIDES, done and not self.end.terminated)  # type: ignore[union-attr]
         if self.render_mode == "human":
             self.render()
+        self.chat_infos = infos
         return observations, rewards, terminated, truncated, infos
 
     def _penalty(self, side: str, earned: Reward) -> Reward:

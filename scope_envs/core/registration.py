@@ -81,7 +81,6 @@ def register_dialogue_env(
     reply_rules: str | None = None,
     policies: Mapping[str, str] | None = None,
     vector_entry_point: str | None = None,
-    view_kwargs: Mapping[str, Any] | None = None,
     human_reference: str | None = None,
     runs_code: bool = False,
     **kwargs: Any,
@@ -92,8 +91,9 @@ def register_dialogue_env(
     `"module:factory"`. Both views are registered as nondeterministic, as their partner is usually
     a language model; a view whose partner declares itself deterministic (scripted) reports itself
     deterministic. `vector_entry_point` is the batched agent view that
-    `gymnasium.make_vec(id, vectorization_mode="vector_entry_point")` builds; `view_kwargs` are
-    defaults of the Gymnasium views only (e.g. an array observation where the env's own is a dict).
+    `gymnasium.make_vec(id, vectorization_mode="vector_entry_point")` builds. The views make their
+    env through `find_env(name).make`, so `kwargs` are the one set of defaults of every way of
+    making the env.
     `human_reference` (`"module:function"`, `function(env, *, split, limit) -> HumanReference`)
     loads people's conversations on the env's scenarios, for simulator fidelity. `runs_code`
     declares that the env's tools execute what a player writes (commands, programs): the web app
@@ -109,7 +109,7 @@ def register_dialogue_env(
             id=env_id,
             entry_point=f"scope_envs.core.views:{view}",
             vector_entry_point=vector_entry_point if view == "AgentView" else None,
-            kwargs={"env": entry_point, **kwargs, **(view_kwargs or {})},
+            kwargs={"env": name},
             nondeterministic=True,
         )
     for backend, factory in (policies or {}).items():

@@ -93,7 +93,11 @@ Rollout = Callable[..., list[Episode]]
 
 def scenarios_of(env: DialogueEnv, groups: Sequence[RolloutGroup], split: str) -> list[str]:
     """The scenario of each group: the one the env's own `reset` picks from the group's seed."""
-    return [env.reset(seed=group.seed, options={"split": split})[1][SIDES[0]]["scenario_id"] for group in groups]
+    ids = []
+    for group in groups:
+        env.reset(seed=group.seed, options={"split": split})
+        ids.append(env.chat_infos[SIDES[0]]["scenario_id"])
+    return ids
 
 
 def collect_chat(

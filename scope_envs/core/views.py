@@ -91,11 +91,6 @@ class DialogueView(gym.Env[str, Any]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         observations, infos = self.dialogue.reset(seed=seed, options=options)
-        if "messages" not in infos[self.partner_side]:
-            raise ValueError(
-                "a Gymnasium view plays the partner from its view, info['messages'], which this env's infos "
-                "leave out (an env option that keeps infos lean drops it); make the env with full infos"
-            )
         self._episode_seed = int(self.np_random.integers(MAX_SEED))
         self._over = False
         self._final = None
@@ -125,10 +120,8 @@ class DialogueView(gym.Env[str, Any]):
         partner_errors: list[str] = []
         while self.dialogue.end is None and self.dialogue.to_speak == self.partner_side:
             seed = derive_seed(self._episode_seed, len(self.dialogue.log))
-            transition = play_turn(
-                self.dialogue, self.partner_side, self.partner, transition[4][self.partner_side], seed
-            )
-            partner_errors.extend(_errors_of(transition[4][self.partner_side]))
+            transition = play_turn(self.dialogue, self.partner_side, self.partner, seed)
+            partner_errors.extend(_errors_of(self.dialogue.chat_infos[self.partner_side]))
         observations, rewards, terminations, truncations, infos = transition
         info = infos[self.side]
         if partner_errors:

@@ -5,14 +5,17 @@ that names the act (`[emotion-appeal] ...`, the way the turns are rendered, so l
 agents play the same game). What a side observes is chosen with `obs=` (see
 `scope_envs.persuasion_acts.spaces`): `features`, a numeric vector of the side's situation
 (`AGENT_FEATURES` / `USER_FEATURES`; the persuadee's persona is its own and hidden from the
-persuader, as in P4G), `text`, the side's view of the conversation, or `both` (the default of the
-PettingZoo env; the Gymnasium views default to `features`). `action_mask=True` adds the allowed
-acts to the observation; `info["action_mask"]` always holds them (all zeros for the side that is
-not to speak). `info="lean"` keeps only numeric entries in the infos, for array-based MARL
-libraries. The dynamics are `ActsBatch`'s, for a batch of one.
+persuader, as in P4G; the default), `text`, the side's view of the conversation, or `both`.
+`action_mask=True` adds the allowed acts to the observation; otherwise `info["action_mask"]` holds
+them as an int8 array. `info="lean"` (the default) keeps only numeric entries in the infos, the
+same at every step, so that PettingZoo's API tests, TorchRL and RLlib take the env as is;
+`info="full"` returns the dialogue infos (views, tools, reward breakdown), which chat policies
+read from `env.chat_infos` either way. The defaults are those of every way of making the env:
+`parallel_env()`, `PersuasionActsEnv()`, `find_env("PersuasionActs").make()` and the Gymnasium
+views. The dynamics are `ActsBatch`'s, for a batch of one.
 
-`version=1` (`scope/PersuasionActs-v1`) is the corpus-fitted population of latent persuadee types
-with its refusal rules (`scope_envs.persuasion_acts.population`); version 0 stays for old results.
+`version=1` (`scope/PersuasionActs-v1`) is the corpus-fitted persuadee population with its refusal
+rules (`scope_envs.persuasion_acts.population`); version 0 stays for old results.
 """
 
 from __future__ import annotations
@@ -131,9 +134,9 @@ class PersuasionActsEnv(DialogueEnv):
         *,
         exchanges: int = HORIZON,
         user_reward: str = "adversarial",
-        obs: str = "both",
+        obs: str = "features",
         action_mask: bool = False,
-        info: str = "full",
+        info: str = "lean",
         version: int = 0,
         **kwargs: Any,
     ) -> None:
@@ -256,7 +259,7 @@ class PersuasionActsEnv(DialogueEnv):
         return assemble(features, text, self.action_mask(side) if self.mask_in_obs else None, self.obs)
 
     def side_info(self, side: str) -> dict[str, Any]:
-        return {"action_mask": self.allowed(side).tolist()}
+        return {"action_mask": self.allowed(side)}
 
     # ---- lean infos -----------------------------------------------------------------------------
 

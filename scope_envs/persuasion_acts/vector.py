@@ -18,6 +18,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from scope_envs.core.dialogue import AGENT, USER
+from scope_envs.core.registration import find_env
 from scope_envs.core.seeding import derive_seed
 from scope_envs.core.specs import resolve_policy
 from scope_envs.persuasion_acts.engine import ActsBatch
@@ -42,7 +43,8 @@ class PersuasionActsVectorEnv(VectorEnv):
         env: str = ENTRY_POINT,
         **env_kwargs: Any,
     ) -> None:
-        if env != ENTRY_POINT:
+        defaults = {} if env == ENTRY_POINT else find_env(env).kwargs  # a registered version's (v1: version=1)
+        if env != ENTRY_POINT and find_env(env).entry_point != ENTRY_POINT:
             raise ValueError(f"PersuasionActsVectorEnv batches {ENTRY_POINT}, not {env!r}")
         if obs != "features":
             raise ValueError(
@@ -53,7 +55,7 @@ class PersuasionActsVectorEnv(VectorEnv):
             raise ValueError(f"split must be one of {sorted(PERSONAS_PER_SPLIT)}, got {split!r}")
         if num_envs < 1:
             raise ValueError("num_envs must be at least 1")
-        self.template = PersuasionActsEnv(obs="features", action_mask=action_mask, **env_kwargs)
+        self.template = PersuasionActsEnv(obs="features", action_mask=action_mask, **{**defaults, **env_kwargs})
         self.simulator = resolve_policy("scripted" if simulator is None else simulator, env=self.template, side=USER)
         if not hasattr(self.simulator, "act"):
             raise TypeError(

@@ -1,0 +1,1 @@
+"""SCOPE envs and simulators inside other projects' LLM trainers (TRL's `GRPOTrainer`, ...)."""
