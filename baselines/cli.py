@@ -7,6 +7,8 @@ import json
 import sys
 from collections.abc import Sequence
 
+from scope_envs.core.extras import MissingExtraError, missing_module_hint, needs_extra
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
@@ -118,6 +120,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     fidelity.add_arguments(commands.add_parser("fidelity", help="a simulator's conversations against people's"))
 
     args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except MissingExtraError as error:
+        return _stopped(f"scope {args.command}", error)
+    except ModuleNotFoundError as error:
+        hint = missing_module_hint(f"scope {args.command}", error)
+        if hint is None:
+            raise
+        print(hint, file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from baselines import evaluate as cross_play
+    from baselines import fidelity, plan
+    from baselines.people import commands as people
+
     if people.wants(args):
         return people.run(args)
     if args.command == "demo":
@@ -248,7 +267,7 @@ def _demo(args: argparse.Namespace) -> int:
     try:
         import torch  # noqa: F401
     except ImportError:
-        print('scope demo trains with torch: pip install -e ".[demo]"', file=sys.stderr)
+        print(needs_extra("scope demo", "torch", "demo"), file=sys.stderr)
         return 2
     from baselines.demo import run_demo, settings_from
 

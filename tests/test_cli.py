@@ -28,8 +28,8 @@ def test_play_prints_transcripts_and_json(helpdesk_ids, capsys):
     assert record["scenario_id"] == "cancel-1003" and record["rewards"] == {"agent": 1.0, "user": 1.0}
 
 
-def test_play_p4g_with_env_args(p4g_dir, capsys):
-    args = ["play", "P4G", "--json", "--env-arg", f"persona_source={p4g_dir}", "--env-arg", "exchanges=1"]
+def test_play_p4g_with_env_args(capsys):
+    args = ["play", "P4G", "--json", "--env-arg", "persona_source=synthetic", "--env-arg", "exchanges=1"]
     assert main(args) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["end_reason"] == "max_turns" and record["turns"] == 2
