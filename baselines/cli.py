@@ -299,6 +299,8 @@ def _train(args: argparse.Namespace) -> int:
         f"held-out success: {last.get('heldout_success', float('nan')):.3f}"
     )
     print(f"metrics: {config.output_dir}/metrics.jsonl  curves: {config.output_dir}/curves.png")
+    if config.about:
+        print(f"what this run shows: {config.about}")
     return 0
 
 
