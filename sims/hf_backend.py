@@ -233,15 +233,8 @@ class HFSimulator(Simulator):
         done = [False] * len(prompts)
         with torch.no_grad():
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
-            out = self.model(
-                input_ids=input_ids,
-                attention_mask=mask,
-                position_ids=positions,
-                use_cache=True,
-                **self._last_logits_only,
-            )
+            logits, cache = self._prefill(input_ids, mask, positions)
             for _ in range(self.max_new_tokens):
-                logits = out.logits[:, -1, :].float()
                 chosen, chosen_logprobs = self._sample(logits, generators)
                 for row, token in enumerate(chosen):
                     if done[row]:
@@ -256,11 +249,42 @@ class HFSimulator(Simulator):
                 )
                 mask = torch.cat([mask, torch.ones((len(prompts), 1), dtype=mask.dtype, device=self.device)], dim=1)
                 positions = positions[:, -1:] + 1
-                cache = {self._cache_arg: getattr(out, "cache", None) or out.past_key_values}
                 out = self.model(
-                    input_ids=next_ids, attention_mask=mask, position_ids=positions, use_cache=True, **cache
+                    input_ids=next_ids,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    use_cache=True,
+                    **{self._cache_arg: cache},
                 )
+                logits, cache = out.logits[:, -1, :].float(), _cache_of(out)
         return [self._reply(p, t, lp) for p, t, lp in zip(prompts, tokens, logprobs)]
+
+    def _prefill(self, input_ids: Any, mask: Any, positions: Any) -> tuple[Any, Any]:
+        """The logits after each row's prompt and the KV cache. A prompt that several rows share
+        (n replies to one state, a GRPO group's first turn) is computed once and its cache copied
+        to those rows: the prompt, not the reply, is most of the work of a short reply on a CPU."""
+        torch = _torch()
+        first_of: dict[tuple[int, ...], int] = {}
+        rows = [first_of.setdefault(tuple(row), index) for index, row in enumerate(input_ids.tolist())]
+        distinct = sorted(first_of.values())
+        if len(distinct) < len(rows):
+            take = torch.tensor(distinct, device=self.device)
+            out = self.model(
+                input_ids=input_ids[take],
+                attention_mask=mask[take],
+                position_ids=positions[take],
+                use_cache=True,
+                **self._last_logits_only,
+            )
+            cache = _cache_of(out)
+            if hasattr(cache, "reorder_cache"):
+                spread = torch.tensor([distinct.index(row) for row in rows], device=self.device)
+                cache.reorder_cache(spread)  # row i gets the cache of its prompt's first row
+                return out.logits[:, -1, :].float()[spread], cache
+        out = self.model(
+            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, **self._last_logits_only
+        )
+        return out.logits[:, -1, :].float(), _cache_of(out)
 
     def _sample(self, logits: Any, generators: list[Any]) -> tuple[list[int], list[float]]:
         torch = _torch()
@@ -289,6 +313,10 @@ class HFSimulator(Simulator):
         finished = bool(tokens) and tokens[-1] in self.stop_ids
         metadata = {"prompt_ids": prompt, "finish_reason": "stop" if finished else "length", "model": self.name}
         return generated_reply(text, tokens, logprobs, metadata)
+
+
+def _cache_of(out: Any) -> Any:
+    return getattr(out, "cache", None) or out.past_key_values
 
 
 def make_hf(model: str, **kwargs: Any) -> HFSimulator:
