@@ -43,10 +43,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     play.add_argument(
         "--simulator", default="scripted", help="spec of the user simulator (default: the env's scripted user)"
     )
-    play.add_argument("--episodes", type=int, default=1)
-    play.add_argument("--seed", type=int, default=0)
-    play.add_argument("--task-id", default=None)
-    play.add_argument("--split", default=None)
+    play.add_argument("--episodes", type=int, default=1, help="how many episodes to play, each its own env (1)")
+    play.add_argument(
+        "--seed", type=int, default=0, help="the first episode's seed; episode i plays seed + i (default 0)"
+    )
+    play.add_argument(
+        "--task-id", default=None, help="play this task (scenario) of the env; by default one is drawn per episode"
+    )
+    play.add_argument(
+        "--split", default=None, help="draw tasks from this split (e.g. train, test); by default the env's own choice"
+    )
     play.add_argument("--json", action="store_true", help="print one JSON object per episode instead of transcripts")
     play.add_argument(
         "--env-arg",
@@ -364,6 +370,7 @@ def _list_envs() -> int:
 def _play(args: argparse.Namespace) -> int:
     from scope_envs.core.batch import run_episodes
     from scope_envs.core.registration import find_env
+    from scope_envs.core.specs import resolve_policy
 
     try:
         info = find_env(args.env)
@@ -373,7 +380,14 @@ def _play(args: argparse.Namespace) -> int:
     env_kwargs = dict(_key_value(item) for item in args.env_arg)
     envs = [info.make(**env_kwargs) for _ in range(args.episodes)]
     options = {key: value for key, value in (("task_id", args.task_id), ("split", args.split)) if value is not None}
-    results = run_episodes(envs, {"agent": args.agent, "user": args.simulator}, seeds=args.seed, options=options)
+    policies = {
+        side: resolve_policy(spec, env=envs[0], side=side)
+        for side, spec in (("agent", args.agent), ("user", args.simulator))
+    }
+    players = "  ".join(
+        f"{side}: {getattr(policy, 'name', None) or type(policy).__name__}" for side, policy in policies.items()
+    )
+    results = run_episodes(envs, policies, seeds=args.seed, options=options)
     for result in results:
         if args.json:
             print(
@@ -389,7 +403,7 @@ def _play(args: argparse.Namespace) -> int:
                 )
             )
             continue
-        print(f"=== episode {result.index}  scenario {result.scenario_id} ===")
+        print(f"=== episode {result.index}  scenario {result.scenario_id}  ({players}) ===")
         print(result.transcript)
         ended = "terminated" if result.terminated else "truncated"
         print(f"--- {ended}: {result.end_reason} after {result.turns} turns; rewards {result.rewards}")

@@ -52,3 +52,20 @@ def test_diagnose_takes_sim_args_beside_a_scripted_simulator_and_says_why_it_has
     out = capsys.readouterr().out
     assert "--vs: not for scripted: a rule-based simulator cannot write a list of candidate replies" in out
     assert [json.loads(line)["name"] for line in out.splitlines() if line.startswith("{")] == ["scripted"]
+
+
+def test_play_documents_its_options_and_names_who_plays_each_side(helpdesk_ids, capsys):
+    try:
+        main(["play", "--help"])
+    except SystemExit:
+        pass
+    shown = " ".join(capsys.readouterr().out.split())
+    for option, words in (
+        ("--episodes EPISODES", "how many episodes"),
+        ("--seed SEED", "episode i plays seed + i"),
+        ("--task-id TASK_ID", "play this task"),
+        ("--split SPLIT", "split"),
+    ):
+        assert f"{option} {words}" in shown, option
+    assert main(["play", "P4G", "--env-arg", "persona_source=synthetic", "--env-arg", "exchanges=1"]) == 0
+    assert "(agent: scripted-persuader  user: scripted-persuadee) ===" in capsys.readouterr().out
