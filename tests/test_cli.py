@@ -62,7 +62,7 @@ def test_play_documents_its_options_and_names_who_plays_each_side(helpdesk_ids, 
     shown = " ".join(capsys.readouterr().out.split())
     for option, words in (
         ("--episodes EPISODES", "how many episodes"),
-        ("--seed SEED", "episode i plays seed + i"),
+        ("--seed SEED", "the first episode's seed"),
         ("--task-id TASK_ID", "play this task"),
         ("--split SPLIT", "split"),
     ):
