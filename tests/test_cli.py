@@ -64,7 +64,7 @@ def test_play_documents_its_options_and_names_who_plays_each_side(helpdesk_ids, 
         ("--episodes EPISODES", "how many episodes"),
         ("--seed SEED", "the first episode's seed"),
         ("--task-id TASK_ID", "play this task"),
-        ("--split SPLIT", "split"),
+        ("--split SPLIT", "draw tasks from this split"),
     ):
         assert f"{option} {words}" in shown, option
     assert main(["play", "P4G", "--env-arg", "persona_source=synthetic", "--env-arg", "exchanges=1"]) == 0
