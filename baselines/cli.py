@@ -12,7 +12,7 @@ from scope_envs.core.extras import MissingExtraError, missing_module_hint, needs
 
 # `scope diagnose` sized for a CPU: the README's command (scripted, smollm2 and its Verbalized
 # Sampling form) finishes in about a minute on two cores.
-DIAGNOSE_STATES, DIAGNOSE_SAMPLES, DIAGNOSE_TOKENS = 4, 4, 40
+DIAGNOSE_STATES, DIAGNOSE_SAMPLES, DIAGNOSE_TOKENS, DIAGNOSE_VS_RETRIES = 4, 4, 32, 1
 LOCAL_MODEL_BACKENDS = ("hf", "smollm2", "vllm", "vllm-async")
 
 
@@ -209,7 +209,12 @@ def _diagnose(args: argparse.Namespace) -> int:
         if backend == SCRIPTED:
             print(f"--vs: not for {spec}: a rule-based simulator cannot write a list of candidate replies")
             continue
-        simulators.append((f"vs({spec})", VerbalizedSampling(_with_room_for(simulator, args.k), k=args.k)))
+        simulators.append(
+            (
+                f"vs({spec})",
+                VerbalizedSampling(_with_room_for(simulator, args.k), k=args.k, retries=DIAGNOSE_VS_RETRIES),
+            )
+        )
     reference = None
     if args.reference:
         built = _diagnosed_simulator(args.reference, env, args, args.max_new_tokens)
