@@ -1,4 +1,4 @@
-"""Install hints install this project: every `pip install NAME[extra]` in the repository names this
+"""Install hints install this project: every install hint with an extra in the repository names this
 distribution and one of its extras, and a missing dependency stops a command with one line saying
 which extra to install."""
 
