@@ -34,7 +34,7 @@ COMMANDS = [
     ("docs/training.md", "scope eval runs/p4g_tiny/config.yaml", "hf", 60, None),
 ]
 SERVED = ("README.md", 'scope serve --opponent scripted --opponent "vs:openai:gpt-5-mini"', "web", 60)
-# Installs: the extras of `pip install -e ".[X]"`, plus what the doc adds beside it.
+# Installs: the extras of the editable install the doc names, plus what it adds beside it.
 INSTALLS = {
     "demo": (["demo"], []),
     "hf": (["hf"], []),
