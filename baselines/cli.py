@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 from scope_envs.core.extras import MissingExtraError, missing_module_hint, needs_extra
 
-# `scope diagnose` sized for a CPU: the README's command (scripted, smollm2 and its Verbalized
-# Sampling form) finishes in about a minute on two cores.
+# `scope diagnose` sized for a CPU: a few replies per state, short replies, one retry of a
+# Verbalized Sampling list (a small model's broken lists are otherwise asked for three times).
 DIAGNOSE_STATES, DIAGNOSE_SAMPLES, DIAGNOSE_TOKENS, DIAGNOSE_VS_RETRIES = 4, 4, 32, 1
 LOCAL_MODEL_BACKENDS = ("hf", "smollm2", "vllm", "vllm-async")
 
@@ -70,8 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "diagnose",
         help="measure how mode-collapsed simulators are on states of an environment's conversations",
         description="Each simulator answers --samples times on each of --states conversation states; the table "
-        "and the plot say how alike its replies are. The defaults are sized for a CPU (about a minute for the "
-        "README's command on two cores); on a GPU use more states and samples, e.g. --states 8 --samples 8.",
+        "and the plot say how alike its replies are. The defaults are sized for a CPU; on a GPU use more "
+        "states and samples, e.g. --states 8 --samples 8.",
     )
     diagnose.add_argument("--env", required=True, help="the environment whose conversations give the states")
     diagnose.add_argument("--side", default="user", choices=["agent", "user"], help="the side simulated (user)")
