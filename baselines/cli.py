@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 from collections.abc import Sequence
+
+from scope_envs.core.extras import MissingExtraError, missing_module_hint, needs_extra
+
+# `scope diagnose` sized for a CPU: a few replies per state, short replies, one retry of a
+# Verbalized Sampling list (a small model's broken lists are otherwise asked for three times).
+DIAGNOSE_STATES, DIAGNOSE_SAMPLES, DIAGNOSE_TOKENS, DIAGNOSE_VS_RETRIES = 4, 4, 32, 1
+LOCAL_MODEL_BACKENDS = ("hf", "smollm2", "vllm", "vllm-async")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,10 +43,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     play.add_argument(
         "--simulator", default="scripted", help="spec of the user simulator (default: the env's scripted user)"
     )
-    play.add_argument("--episodes", type=int, default=1)
-    play.add_argument("--seed", type=int, default=0)
-    play.add_argument("--task-id", default=None)
-    play.add_argument("--split", default=None)
+    play.add_argument("--episodes", type=int, default=1, help="how many episodes to play, each its own env (1)")
+    play.add_argument(
+        "--seed", type=int, default=0, help="the first episode's seed; episode i plays seed + i (default 0)"
+    )
+    play.add_argument(
+        "--task-id", default=None, help="play this task (scenario) of the env; by default one is drawn per episode"
+    )
+    play.add_argument(
+        "--split", default=None, help="draw tasks from this split (e.g. train, test); by default the env's own choice"
+    )
     play.add_argument("--json", action="store_true", help="print one JSON object per episode instead of transcripts")
     play.add_argument(
         "--rollout",
@@ -60,7 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     people.add_commands(commands)
 
     diagnose = commands.add_parser(
-        "diagnose", help="measure how mode-collapsed simulators are on states of an environment's conversations"
+        "diagnose",
+        help="measure how mode-collapsed simulators are on states of an environment's conversations",
+        description="Each simulator answers --samples times on each of --states conversation states; the table "
+        "and the plot say how alike its replies are. The defaults are sized for a CPU; on a GPU use more "
+        "states and samples, e.g. --states 8 --samples 8.",
     )
     diagnose.add_argument("--env", required=True, help="the environment whose conversations give the states")
     diagnose.add_argument("--side", default="user", choices=["agent", "user"], help="the side simulated (user)")
@@ -69,13 +87,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     diagnose.add_argument("--simulator", action="append", required=True, help="a simulator spec; repeatable")
     diagnose.add_argument(
-        "--vs", action="store_true", help="also measure each simulator wrapped in Verbalized Sampling (k=5)"
+        "--vs",
+        action="store_true",
+        help="also measure each model simulator wrapped in Verbalized Sampling (--k candidates per reply)",
     )
+    diagnose.add_argument("--k", type=int, default=3, help="candidates per reply with --vs (default 3)")
     diagnose.add_argument(
         "--reference", default=None, help="a simulator spec whose replies are the reference (gamma, coverage)"
     )
-    diagnose.add_argument("--states", type=int, default=8)
-    diagnose.add_argument("--samples", type=int, default=8, help="replies per state")
+    diagnose.add_argument(
+        "--states", type=int, default=DIAGNOSE_STATES, help="conversation states (default %(default)s)"
+    )
+    diagnose.add_argument(
+        "--samples", type=int, default=DIAGNOSE_SAMPLES, help="replies per state (default %(default)s)"
+    )
+    diagnose.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=DIAGNOSE_TOKENS,
+        help="longest reply of a local model (hf:, smollm2, vllm:), in tokens (default %(default)s; "
+        "a Verbalized Sampling list gets --k times as many)",
+    )
     diagnose.add_argument("--seed", type=int, default=0)
     diagnose.add_argument("--embedding", choices=["auto", "minilm", "tfidf"], default="auto")
     diagnose.add_argument("--plot", default="collapse.png", help="where to write the plot (PNG)")
@@ -85,7 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a keyword for every simulator, e.g. max_new_tokens=64",
+        help="a keyword for every simulator built from a backend (not `scripted`, whose rules take none), "
+        "e.g. temperature=0.7",
     )
 
     train = commands.add_parser("train", help="train a policy (YAML config plus key=value overrides)")
@@ -125,6 +158,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     fidelity.add_arguments(commands.add_parser("fidelity", help="a simulator's conversations against people's"))
 
     args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except MissingExtraError as error:
+        return _stopped(f"scope {args.command}", error)
+    except ModuleNotFoundError as error:
+        hint = missing_module_hint(f"scope {args.command}", error)
+        if hint is None:
+            raise
+        print(hint, file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from baselines import evaluate as cross_play
+    from baselines import fidelity, plan
+    from baselines.people import commands as people
+
     if people.wants(args):
         return people.run(args)
     if args.command == "demo":
@@ -147,33 +197,53 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _diagnose(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
+    from scope_envs.core.specs import SCRIPTED, split_spec
     from scope_envs.core.views import build_env
-    from sims import make_simulator
     from sims.diagnostics import diagnose, dialogue_states, format_table, plot, sample_replies
     from sims.verbalized import VerbalizedSampling
 
     env = build_env(args.env, **dict(_key_value(item) for item in args.env_arg))
     states = dialogue_states(env, args.side, args.states, seed=args.seed)
-    sim_kwargs = dict(_key_value(item) for item in args.sim_arg)
     simulators = []
     for spec in args.simulator:
-        simulator = make_simulator(spec, env=env, side=args.side, **sim_kwargs)
+        backend = split_spec(spec)[0]
+        simulator = _diagnosed_simulator(spec, env, args, args.max_new_tokens)
+        if simulator is None:
+            return 2
         simulators.append((spec, simulator))
-        if args.vs:
-            simulators.append((f"vs({spec})", VerbalizedSampling(simulator, k=5)))
+        if not args.vs:
+            continue
+        if backend == SCRIPTED:
+            print(f"--vs: not for {spec}: a rule-based simulator cannot write a list of candidate replies")
+            continue
+        simulators.append(
+            (
+                f"vs({spec})",
+                VerbalizedSampling(_with_room_for(simulator, args.k), k=args.k, retries=DIAGNOSE_VS_RETRIES),
+            )
+        )
     reference = None
     if args.reference:
-        reference = sample_replies(
-            make_simulator(args.reference, env=env, side=args.side), states, args.samples, seed=args.seed + 1
-        )
+        built = _diagnosed_simulator(args.reference, env, args, args.max_new_tokens)
+        if built is None:
+            return 2
+        reference = sample_replies(built, states, args.samples, seed=args.seed + 1)
     reports = []
-    for name, simulator in tqdm(simulators, desc="simulators", unit="sim"):
-        replies = sample_replies(simulator, states, args.samples, seed=args.seed)
-        reports.append(diagnose(name, replies, reference, method=args.embedding))
+    with tqdm(total=len(simulators) * len(states), unit="state", desc="replies") as bar:
+        for name, simulator in simulators:
+            bar.set_description(f"{name}: {args.samples} replies per state")
+            replies = []
+            for index, state in enumerate(states):
+                replies += sample_replies(simulator, [state], args.samples, seed=args.seed, first_index=index)
+                bar.update()
+            reports.append(diagnose(name, replies, reference, method=args.embedding))
+    for name, simulator in simulators:
         if isinstance(simulator, VerbalizedSampling):
+            stats = simulator.stats
             print(
-                f"{name}: verbalized {simulator.stats['verbalized']}, after a retry {simulator.stats['retried']}, "
-                f"fell back to a plain reply {simulator.stats['fallback']}"
+                f"{name}: {stats['verbalized']} replies drawn from a list of {args.k} candidates the model wrote "
+                f"({stats['retried']} of them after a retry); {stats['fallback']} plain replies where it wrote "
+                "no usable list"
             )
     if args.json:
         for report in reports:
@@ -182,6 +252,37 @@ def _diagnose(args: argparse.Namespace) -> int:
         print(format_table(reports))
     print(f"plot: {plot(reports, args.plot)}")
     return 0
+
+
+def _local(backend: str) -> bool:
+    return backend in LOCAL_MODEL_BACKENDS
+
+
+def _with_room_for(simulator: object, k: int) -> object:
+    """The same model (shared, not loaded again) with k times the reply budget, for a list of k
+    candidates; a simulator without a token budget as it is."""
+    if not hasattr(simulator, "max_new_tokens"):
+        return simulator
+    wide = copy.copy(simulator)
+    wide.max_new_tokens = simulator.max_new_tokens * k
+    return wide
+
+
+def _diagnosed_simulator(spec: str, env: object, args: argparse.Namespace, max_new_tokens: int) -> object | None:
+    """The simulator of `spec` with the --sim-arg keywords (backends only: `scripted` takes none)
+    and, for a local model, --max-new-tokens; None after saying in one line why it cannot be built."""
+    from scope_envs.core.specs import SCRIPTED, split_spec
+    from sims import make_simulator
+
+    backend = split_spec(spec)[0]
+    keywords = {} if backend == SCRIPTED else dict(_key_value(item) for item in args.sim_arg)
+    if _local(backend):
+        keywords.setdefault("max_new_tokens", max_new_tokens)
+    try:
+        return make_simulator(spec, env=env, side=args.side, **keywords)
+    except TypeError as error:
+        print(f"scope diagnose: {spec} does not take {sorted(keywords)}: {error}", file=sys.stderr)
+        return None
 
 
 def _split_overrides(config: str | None, overrides: list[str]) -> tuple[str | None, list[str]]:
@@ -216,6 +317,8 @@ def _train(args: argparse.Namespace) -> int:
         f"held-out success: {last.get('heldout_success', float('nan')):.3f}"
     )
     print(f"metrics: {config.output_dir}/metrics.jsonl  curves: {config.output_dir}/curves.png")
+    if config.about:
+        print(f"what this run shows: {config.about}")
     return 0
 
 
@@ -255,7 +358,7 @@ def _demo(args: argparse.Namespace) -> int:
     try:
         import torch  # noqa: F401
     except ImportError:
-        print('scope demo trains with torch: pip install -e ".[demo]"', file=sys.stderr)
+        print(needs_extra("scope demo", "torch", "demo"), file=sys.stderr)
         return 2
     from baselines.demo import run_demo, settings_from
 
@@ -279,6 +382,7 @@ def _list_envs() -> int:
 def _play(args: argparse.Namespace) -> int:
     from scope_envs.core.batch import run_episodes
     from scope_envs.core.registration import find_env
+    from scope_envs.core.specs import resolve_policy
 
     try:
         info = find_env(args.env)
@@ -288,8 +392,14 @@ def _play(args: argparse.Namespace) -> int:
     env_kwargs = dict(_key_value(item) for item in args.env_arg)
     envs = [info.make(**env_kwargs) for _ in range(args.episodes)]
     options = {key: value for key, value in (("task_id", args.task_id), ("split", args.split)) if value is not None}
-    players = {"agent": args.agent, "user": args.simulator}
-    results = run_episodes(envs, players, seeds=args.seed, options=options, rollout=args.rollout)
+    policies = {
+        side: resolve_policy(spec, env=envs[0], side=side)
+        for side, spec in (("agent", args.agent), ("user", args.simulator))
+    }
+    players = "  ".join(
+        f"{side}: {getattr(policy, 'name', None) or type(policy).__name__}" for side, policy in policies.items()
+    )
+    results = run_episodes(envs, policies, seeds=args.seed, options=options, rollout=args.rollout)
     for result in results:
         if args.json:
             print(
@@ -305,7 +415,7 @@ def _play(args: argparse.Namespace) -> int:
                 )
             )
             continue
-        print(f"=== episode {result.index}  scenario {result.scenario_id} ===")
+        print(f"=== episode {result.index}  scenario {result.scenario_id}  ({players}) ===")
         print(result.transcript)
         ended = "terminated" if result.terminated else "truncated"
         print(f"--- {ended}: {result.end_reason} after {result.turns} turns; rewards {result.rewards}")

@@ -27,6 +27,7 @@ POOL_SAMPLING = SAMPLING
 class TrainConfig:
     # what is trained, where
     env: str = ""  # a registered environment (`scope envs` lists them)
+    about: str = ""  # what the run shows, in a sentence; `scope train` prints it beside the results
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     side: str = "agent"
     policy: str = "tiny"  # "tiny" (random, for tests), "smollm2", or "hf:MODEL_OR_PATH"

@@ -21,6 +21,7 @@ def plot_curves(history: list[dict[str, Any]], output: Path) -> list[Path]:
     evaluated = [r for r in history if "heldout_success" in r]
     left.plot([r["step"] for r in evaluated], [r["heldout_success"] for r in evaluated], "o-", label="held-out success")
     left.set_xlabel("step")
+    left.set_ylabel("reward / success rate")
     left.legend()
     right.plot(steps, [r.get("entropy", float("nan")) for r in history], color="tab:purple", label="agent")
     if any("simulator/entropy" in r for r in history):
@@ -29,7 +30,10 @@ def plot_curves(history: list[dict[str, Any]], output: Path) -> list[Path]:
         )
         right.legend()
     right.set_xlabel("step")
+    right.set_ylabel("entropy (nats per token)")
     right.set_title("policy token entropy")
+    for axis in (left, right):  # plain numbers, never an offset such as "1e-5+5.862" over the axis
+        axis.ticklabel_format(axis="y", style="plain", useOffset=False)
     figure.tight_layout()
     path = output / "curves.png"
     figure.savefig(path, dpi=120)

@@ -40,6 +40,7 @@ import numpy as np
 
 from scope_envs.core.async_rollout import collect_async
 from scope_envs.core.dialogue import AGENT, USER
+from scope_envs.core.extras import needs_extra
 from scope_envs.core.policy import any_native_async
 from scope_envs.core.registration import find_env
 from scope_envs.core.rollout import RolloutGroup, collect_chat
@@ -543,7 +544,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import scipy  # noqa: F401
     except ImportError:
-        print('scope evaluate needs scipy: pip install -e ".[evaluate]"', file=sys.stderr)
+        print(needs_extra("scope evaluate", "scipy", "evaluate"), file=sys.stderr)
         return 2
     from baselines.cli import _key_value
 

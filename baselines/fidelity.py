@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from scope_envs.core.dialogue import AGENT, USER
+from scope_envs.core.extras import needs_extra
 from scope_envs.core.registration import find_env
 from scope_envs.core.seeding import derive_seed
 
@@ -285,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import scipy  # noqa: F401
     except ImportError:
-        print('scope fidelity needs scipy: pip install -e ".[evaluate]"', file=sys.stderr)
+        print(needs_extra("scope fidelity", "scipy", "evaluate"), file=sys.stderr)
         return 2
     if args.conversations < 1:
         print("scope fidelity: --conversations must be at least 1", file=sys.stderr)

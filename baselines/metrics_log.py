@@ -29,7 +29,7 @@ class MetricsLog:
 
                 self._tensorboard = SummaryWriter(log_dir=str(output / "tensorboard"))
             except ImportError:
-                pass  # TensorBoard is optional: pip install tensorboard
+                pass  # TensorBoard is optional (the `hf` extra installs it)
         if wandb:
             try:
                 import wandb as wandb_module

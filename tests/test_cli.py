@@ -28,8 +28,8 @@ def test_play_prints_transcripts_and_json(helpdesk_ids, capsys):
     assert record["scenario_id"] == "cancel-1003" and record["rewards"] == {"agent": 1.0, "user": 1.0}
 
 
-def test_play_p4g_with_env_args(p4g_dir, capsys):
-    args = ["play", "P4G", "--json", "--env-arg", f"persona_source={p4g_dir}", "--env-arg", "exchanges=1"]
+def test_play_p4g_with_env_args(capsys):
+    args = ["play", "P4G", "--json", "--env-arg", "persona_source=synthetic", "--env-arg", "exchanges=1"]
     assert main(args) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["end_reason"] == "max_turns" and record["turns"] == 2
@@ -43,3 +43,29 @@ def test_unknown_env_is_a_clear_error(capsys):
 def test_console_script_is_installed():
     result = subprocess.run([sys.executable, "-m", "baselines.cli", "envs"], capture_output=True, text=True, check=True)
     assert result.returncode == 0
+
+
+def test_diagnose_takes_sim_args_beside_a_scripted_simulator_and_says_why_it_has_no_vs_row(tmp_path, capsys):
+    arguments = ["diagnose", "--env", "P4G", "--env-arg", "persona_source=synthetic", "--simulator", "scripted"]
+    arguments += ["--vs", "--sim-arg", "temperature=0.5", "--states", "2", "--samples", "2", "--embedding", "tfidf"]
+    assert main([*arguments, "--plot", str(tmp_path / "c.png"), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "--vs: not for scripted: a rule-based simulator cannot write a list of candidate replies" in out
+    assert [json.loads(line)["name"] for line in out.splitlines() if line.startswith("{")] == ["scripted"]
+
+
+def test_play_documents_its_options_and_names_who_plays_each_side(helpdesk_ids, capsys):
+    try:
+        main(["play", "--help"])
+    except SystemExit:
+        pass
+    shown = " ".join(capsys.readouterr().out.split())
+    for option, words in (
+        ("--episodes EPISODES", "how many episodes"),
+        ("--seed SEED", "the first episode's seed"),
+        ("--task-id TASK_ID", "play this task"),
+        ("--split SPLIT", "draw tasks from this split"),
+    ):
+        assert f"{option} {words}" in shown, option
+    assert main(["play", "P4G", "--env-arg", "persona_source=synthetic", "--env-arg", "exchanges=1"]) == 0
+    assert "(agent: scripted-persuader  user: scripted-persuadee) ===" in capsys.readouterr().out

@@ -3,6 +3,10 @@ import functools
 import hashlib
 import http.server
 import json
+import os
+import subprocess
+import sys
+import tempfile
 import threading
 
 import pytest
@@ -88,6 +92,27 @@ def test_convokit_layout(p4g_dir, tmp_path):
     assert len(from_convokit) == 10 and from_convokit == from_csv
 
 
+def test_synthetic_personas_are_said_once_in_one_line_without_going_online():
+    """With the defaults and no corpus: no download is tried, no warning with a source line, and
+    one line, once per process, says where personas come from and how to get the corpus."""
+    code = (
+        "import gymnasium as gym, urllib.request\n"
+        "def offline(*a, **k): raise AssertionError('went online')\n"
+        "urllib.request.urlopen = offline\n"
+        "for _ in range(3): gym.make('scope_envs:scope/P4G-v0').reset(seed=0)\n"
+    )
+    environment = {k: v for k, v in os.environ.items() if k != "SCOPE_P4G_DATA"}
+    with tempfile.TemporaryDirectory() as cache:
+        environment["XDG_CACHE_HOME"] = cache
+        done = subprocess.run(
+            [sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, env=environment
+        )
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("P4G: synthetic personas"), done.stderr
+    assert "SCOPE_P4G_DATA" in lines[0] and "persona_source=PATH" in lines[0] and "download=True" in lines[0]
+
+
 def test_not_found_names_every_option(no_corpus):
     with pytest.raises(CorpusNotFoundError) as raised:
         locate_corpus()
@@ -99,8 +124,7 @@ def test_not_found_names_every_option(no_corpus):
 
 
 def test_env_var_and_synthetic_fallback(p4g_dir, no_corpus, monkeypatch):
-    with pytest.warns(UserWarning, match="using synthetic personas"):
-        pairs, source = load_persona_pairs("auto")
+    pairs, source = load_persona_pairs("auto")
     assert source == "synthetic" and len(pairs) == 1000
     with pytest.raises(CorpusNotFoundError):
         load_persona_pairs("corpus")

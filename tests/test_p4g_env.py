@@ -1,3 +1,5 @@
+import itertools
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -161,3 +163,26 @@ def test_scripted_episodes_are_reproducible(corpus_env):
         ]
 
     assert play() == play()
+
+
+def test_the_scripted_persuadee_refuses_only_when_asked_and_never_refuses_then_gives():
+    """`scope play P4G --episodes 2`: the persuader's "I'm donating part of mine as well" asked for
+    nothing, yet the persuadee answered "I won't donate this time", then gave $0.65 a turn later."""
+    from scope_envs.core.batch import run_episodes
+    from scope_envs.p4g.scripted import asks_for_donation
+
+    refusals = ("I won't donate", "I don't think I can spare", "I'd rather keep")
+    envs = [P4GEnv(persona_source="synthetic") for _ in range(100)]
+    for result in run_episodes(envs, {"agent": "scripted", "user": "scripted"}, seeds=0):
+        lines = result.transcript.splitlines()
+        turns = [line.partition(": ") for line in lines if line.startswith(("agent:", "user:"))]
+        refused = False
+        for (_, _, asked), (side, _, answer) in itertools.pairwise(turns):
+            if side != "user":
+                continue
+            if not asks_for_donation(asked):
+                assert "[DONATE" not in answer and not answer.startswith(refusals), (asked, answer)
+            assert not (refused and "[DONATE" in answer), result.transcript
+            refused = refused or answer.startswith(refusals)
+    assert not asks_for_donation("Every dollar will help with vaccines. I'm donating part of mine as well.")
+    assert asks_for_donation("How much would you be willing to donate from your task payment?")

@@ -1,12 +1,9 @@
 import re
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.filterwarnings("ignore:P4G. using synthetic personas")
 def test_readme_python_example_runs(capsys):
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
     assert blocks

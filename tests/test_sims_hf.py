@@ -96,3 +96,22 @@ def test_json_replies_are_started_for_the_model(tiny):
     assert reply.text.startswith(opening) and reply.metadata["json_opening"] == opening
     vs = VerbalizedSampling(tiny, k=3).respond(VIEW, seed=0)  # a random model: verbalizes or falls back, never raises
     assert vs.metadata["vs_fallback"] in {True, False}
+
+
+def test_a_prompt_shared_by_rows_is_computed_once_and_replies_are_unchanged(tiny):
+    """n replies to one state: the prompt is run through the model once, its cache copied to the
+    rows, and every row's tokens and log-probs are those it gets alone."""
+    seeds = [21, 22, 23, 24]
+    alone = [tiny.respond(VIEW, seed=seed) for seed in seeds]
+    prompt_rows = []
+    hook = tiny.model.register_forward_hook(
+        lambda module, args, kwargs, out: prompt_rows.append(kwargs["input_ids"].shape), with_kwargs=True
+    )
+    try:
+        shared = tiny.respond_batch([VIEW] * 4, seeds=seeds)
+    finally:
+        hook.remove()
+    assert prompt_rows[0][0] == 1 and all(shape[0] == 4 for shape in prompt_rows[1:])
+    for mine, reference in zip(shared, alone):
+        assert mine.token_ids == reference.token_ids
+        assert mine.logprobs == pytest.approx(reference.logprobs, abs=1e-4)

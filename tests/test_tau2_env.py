@@ -224,7 +224,7 @@ def test_importing_scope_envs_does_not_need_tau2():
         "try:\n    Tau2RetailEnv()\nexcept ImportError as error:\n    print(error)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "pip install scope-rl[tau2]" in out
+    assert 'pip install "scope-envs[tau2]"' in out
 
 
 def test_domain_is_required_for_the_generic_class():

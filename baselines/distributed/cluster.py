@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from scope_envs.core.extras import needs_extra
+
 LOCAL = "local"
 
 
@@ -14,7 +16,7 @@ def connect(address: str, *, num_cpus: int | None = None) -> Any:
     try:
         import ray
     except ImportError as error:
-        raise RuntimeError('training on Ray needs the ray extra: pip install -e ".[ray]"') from error
+        raise RuntimeError(needs_extra("training on Ray", "ray", "ray")) from error
     if ray.is_initialized():
         return ray
     if address == LOCAL:

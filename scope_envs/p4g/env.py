@@ -10,8 +10,8 @@ user gets `1 - r` (`adversarial`) or `r` (`cooperative`).
 
 from __future__ import annotations
 
+import logging
 import os
-import warnings
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -30,12 +30,24 @@ from scope_envs.core.dialogue import (
     Scenario,
     user_reward_from,
 )
-from scope_envs.p4g.corpus import CorpusNotFoundError, locate_corpus, read_pairs
+from scope_envs.p4g.corpus import ENV_VAR, CorpusNotFoundError, locate_corpus, read_pairs
 from scope_envs.p4g.donation import MAX_DONATION, final_donation, parse_donation
 from scope_envs.p4g.personas import PersonaPair, synthetic_pairs
 from scope_envs.p4g.prompts import DONE_MARKER, persuadee_prompt, persuader_prompt
 
 TERMINATION_MODES = ("eager", "wait")
+SYNTHETIC_NOTE = (
+    f"P4G: synthetic personas (no Persuasion for Good corpus found); to use the corpus's, set ${ENV_VAR} to the "
+    "folder holding full_info.csv, pass persona_source=PATH, or download=True to fetch it once"
+)
+_said: set[str] = set()
+
+
+def _say_once(note: str) -> None:
+    """One line on stderr (a logged warning) the first time in this process, not on every env."""
+    if note not in _said:
+        _said.add(note)
+        logging.getLogger(__name__).warning(note)
 
 
 @lru_cache(maxsize=8)
@@ -49,23 +61,25 @@ def _synthetic_pairs() -> tuple[PersonaPair, ...]:
 
 
 def load_persona_pairs(
-    persona_source: str | os.PathLike[str] = "auto", *, include_flagged: bool = False, download: bool = True
+    persona_source: str | os.PathLike[str] = "auto", *, include_flagged: bool = False, download: bool = False
 ) -> tuple[tuple[PersonaPair, ...], str]:
     """The persona pairs and a description of where they came from.
 
-    `persona_source`: `"auto"` (the corpus if one is found, else synthetic, with a warning),
+    `persona_source`: `"auto"` (the corpus if one is found, else synthetic, said once per process in
+    one logged line),
     `"corpus"` (the corpus or an error naming every way to provide it), `"synthetic"`, or a path
-    to `full_info.csv` / a folder holding it / a ConvoKit corpus folder.
+    to `full_info.csv` / a folder holding it / a ConvoKit corpus folder. `download`: also try the
+    one-time download into the user cache (off by default: nothing goes online unless asked).
     """
     source = os.fspath(persona_source)
     if source == "synthetic":
         return _synthetic_pairs(), "synthetic"
     try:
         location = locate_corpus(None if source in {"auto", "corpus"} else source, download=download)
-    except CorpusNotFoundError as error:
+    except CorpusNotFoundError:
         if source != "auto":
             raise
-        warnings.warn(f"P4G: using synthetic personas. {error}", stacklevel=3)
+        _say_once(SYNTHETIC_NOTE)
         return _synthetic_pairs(), "synthetic"
     return _corpus_pairs(str(location.resolve()), include_flagged), f"corpus:{location}"
 
@@ -88,7 +102,7 @@ class P4GEnv(DialogueEnv):
         word_limit: int = 50,
         user_reward: str = "adversarial",
         include_flagged: bool = False,
-        download: bool = True,
+        download: bool = False,
         **kwargs: Any,
     ) -> None:
         if termination not in TERMINATION_MODES:

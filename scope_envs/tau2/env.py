@@ -77,7 +77,7 @@ class Tau2Env(DialogueEnv):
         kwargs.setdefault("max_turns", 30)
         kwargs.setdefault("max_errors", 10)
         super().__init__(**kwargs)
-        self.domain: Tau2Domain = load_domain(domain)  # raises naming `pip install scope-rl[tau2]`
+        self.domain: Tau2Domain = load_domain(domain)  # raises naming the `tau2` extra
         self.domain.split(split)
         self.split = split
         self.user_reward = user_reward
