@@ -33,7 +33,6 @@ EXTRA_OF_MODULE = {
     "peft": "hf",
     "gguf": "hf",
     "safetensors": "hf",
-    "tau2": "tau2",
     "openai": "api",
     "anthropic": "api",
     "vllm": "vllm",
