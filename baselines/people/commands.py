@@ -186,14 +186,16 @@ def check_envs(settings: object) -> list[str]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                find_env(name).make(**settings.env_kwargs.get(name, {})).close()
+                env = find_env(name).make(**settings.env_kwargs.get(name, {}))
+                fallbacks = list(getattr(env, "data_notes", []))  # said once per process in the log, so asked here
+                env.close()
             except Exception as error:
                 if settings.envs is not None:
                     raise ValueError(f"env {name} cannot be built: {error}") from error
                 notes.append(f"not offering {name}: {error}")
                 continue
         kept.append(name)
-        said = (str(w.message) for w in caught)
+        said = [*fallbacks, *(str(w.message) for w in caught)]
         notes.extend(dict.fromkeys(text if text.startswith(name) else f"{name}: {text}" for text in said))
     if settings.envs is None:
         settings.envs = kept

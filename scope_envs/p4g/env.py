@@ -119,6 +119,8 @@ class P4GEnv(DialogueEnv):
         self.pairs, self.persona_source = load_persona_pairs(
             persona_source, include_flagged=include_flagged, download=download
         )
+        # What the env fell back from, for whoever offers it to people (`scope serve` says it at startup).
+        self.data_notes = [SYNTHETIC_NOTE] if self.persona_source == "synthetic" and persona_source == "auto" else []
         self._by_id = {pair.dialogue_id: pair for pair in self.pairs}
         self._by_split = {split: [p for p in self.pairs if p.split == split] for split in ("train", "test")}
 
