@@ -392,6 +392,7 @@ def test_tau2_training_runs_end_to_end(tmp_path):
         "groups_per_step=1",
         "group_size=2",
         "max_new_tokens=4",
+        "max_model_len=65536",  # the retail policy and tool schemas alone exceed the default 4096
         "simulators=[scripted]",
         "eval_simulators=[scripted]",
         "eval_tasks=1",
