@@ -508,12 +508,12 @@ class Trainer:
         if self.pool is not None:
             self.pool.refresh()
         while self.step < self.config.steps:
-            record = self.advance(lambda record: None)
+            record = self.advance(lambda record, durable: None)
             if on_step is not None:
                 on_step(record)
         return []
 
-    def advance(self, write: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    def advance(self, write: Callable[..., None]) -> dict[str, Any]:
         """One training step, then what is due after it (a pool snapshot, evaluation, its metrics
         line through `write`, a checkpoint)."""
         from baselines.people.episode_store import record_episodes
@@ -536,7 +536,7 @@ class Trainer:
             record["disk_mb"] = disk_megabytes(self.output)
         # Metrics before the checkpoint: a crash in between replays this step (resume drops metrics
         # past the checkpoint) instead of losing its line.
-        write(record)
+        write(record, durable=checkpoint)
         if checkpoint:
             self.save()
         return record

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 # (doc, command, the install the doc names for it, seconds the doc states or implies, stdin)
 COMMANDS = [
-    ("README.md", "scope demo", "demo", 300, None),  # "about four minutes": 212-234 s measured
+    ("README.md", "scope demo", "demo", 180, None),  # "about a minute and a half": 93 s measured
     ("README.md", "scope demo --help", "demo", 30, None),
     ("README.md", "scope envs", "demo", 30, None),
     ("README.md", "scope play P4G --episodes 2", "demo", 60, None),

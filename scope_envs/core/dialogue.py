@@ -232,18 +232,23 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
             self._np_random, self._np_random_seed = seeding.np_random()
         return self._np_random
 
-    def reset(
-        self, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    def pick_scenario(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Scenario:
+        """The scenario `reset(seed, options)` starts, drawn the same way, without starting it (no
+        views, observations or infos): what a rollout that plays many episodes of it needs."""
         if seed is not None:
             self._np_random, self._np_random_seed = seeding.np_random(seed)
         options = self._checked_options(options)
         try:
-            scenario = self.load_scenario(self.np_random, options)
+            return self.load_scenario(self.np_random, options)
         except (KeyError, IndexError) as error:  # a lookup of what the options named
             raise ValueError(
                 f"{type(self).__name__}.reset: no scenario for options {options!r} ({type(error).__name__}: {error})"
             ) from error
+
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+        scenario = self.pick_scenario(seed, options)
         self.scenario = scenario
         self.agents = list(SIDES)
         self.views = {side: [Message("system", scenario.system_prompts.get(side, ""))] for side in SIDES}

@@ -93,11 +93,7 @@ Rollout = Callable[..., list[Episode]]
 
 def scenarios_of(env: DialogueEnv, groups: Sequence[RolloutGroup], split: str) -> list[str]:
     """The scenario of each group: the one the env's own `reset` picks from the group's seed."""
-    ids = []
-    for group in groups:
-        env.reset(seed=group.seed, options={"split": split})
-        ids.append(env.chat_infos[SIDES[0]]["scenario_id"])
-    return ids
+    return [env.pick_scenario(group.seed, {"split": split}).scenario_id for group in groups]
 
 
 def collect_chat(
