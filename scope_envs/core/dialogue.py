@@ -138,6 +138,10 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
     }
     # Import paths ("module:Class") of the rule-based policies that `"scripted"` builds, per side.
     scripted_policies: ClassVar[dict[str, str]] = {}
+    # What this instance's data fell back to or left out (e.g. synthetic personas where a corpus was
+    # not found), one line each, for whoever offers the env to people; a log line is said once per
+    # process, so a server asks each env it builds.
+    data_notes: Sequence[str] = ()
 
     def __init__(
         self,
