@@ -165,3 +165,47 @@ def test_an_env_server_returns_scored_episodes_as_prime_rl_requests_them(scripte
     for episode, (reward, turns) in zip(episodes, expected):
         (trace,) = episode.traces
         assert episode.ok and trace.reward == reward and trace.num_turns == turns
+
+
+def test_the_agent_calls_a_tau2_domains_tools_which_the_env_executes(tmp_path):
+    """A tool call of the model is the agent's action in the SCOPE episode: the env executes it
+    and its result goes back to the model under the call's id; the episode scores as SCOPE's."""
+    pytest.importorskip("tau2")
+    from verifiers.v1.cli.eval.runner import run_eval
+    from verifiers.v1.configs.cli.eval import EvalConfig
+
+    lookup = ("find_user_id_by_name_zip", {"first_name": "No", "last_name": "Body", "zip": "00000"})
+
+    def respond(protocol, body):
+        if not any(message["role"] == "tool" for message in body["messages"]):
+            return {"text": "", "tool_calls": [lookup]}  # once, on its first turn
+        return {"text": "I could not find your account. Is there anything else?"}
+
+    with LLMServer(respond) as server:
+        config = EvalConfig.model_validate(
+            {
+                "env": {"taskset": {"id": "scope-verifiers", "env": "Tau2Retail", "episodes": 1}},
+                "model": "tool-caller",
+                "client": {"base_url": f"{server.url}/v1", "api_key_var": "SCOPE_TEST_KEY"},
+                "push": False,
+                "rich": None,
+                "output_dir": str(tmp_path),
+            }
+        )
+        (episode,) = asyncio.run(run_eval(config))
+    offered = {tool["function"]["name"] for tool in server.requests[0]["body"]["tools"]}
+    assert lookup[0] in offered
+    answered = server.requests[1]["body"]["messages"][-1]
+    assert answered["role"] == "tool" and answered["tool_call_id"] == "call_0" and "not found" in answered["content"]
+
+    view = AgentView("Tau2Retail", "scripted")  # the same episode, played by SCOPE alone
+    view.reset(seed=0, options={"split": "train", "task_id": episode.traces[0].task.data.task_id})
+    call = Message.from_openai(server.requests[1]["body"]["messages"][-2])
+    view.step(call)
+    _, reward, terminated, truncated, _ = view.step("I could not find your account. Is there anything else?")
+    while not (terminated or truncated):
+        _, reward, terminated, truncated, _ = view.step("I could not find your account. Is there anything else?")
+    (trace,) = episode.traces
+    assert episode.ok and trace.reward == reward
+    assert trace.info["scope"]["end"] == view.dialogue.end.reason
+    view.close()
