@@ -114,6 +114,7 @@ def test_the_example_evaluates_against_an_openai_compatible_server(scripted_mode
     ]  # fmt: skip
     run = subprocess.run(command, cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
+    print(run.stdout)  # the numbers docs/rl-libraries.md quotes (`-s` shows them)
     expected = [reward for reward, _ in direct_episodes(first_task_ids(EPISODES))]
     assert f"{EPISODES} episodes (0 failed), mean env reward {sum(expected) / EPISODES:.3f}" in run.stdout
 
