@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from memory_helpers import saved_activations
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from baselines.cli import main
@@ -97,24 +98,14 @@ def test_kv_cache_bytes_are_those_of_a_real_cache() -> None:
 
 
 def _saved_for_backward(model: torch.nn.Module, body: torch.nn.Module, autocast: bool) -> int:
-    """Bytes of the distinct activations autograd keeps for the backward pass of one forward
-    (not the parameters, nor the copies of them autocast makes: those are weights)."""
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    weight_shapes = {tuple(p.shape) for p in model.parameters()}
-    saved: dict[int, int] = {}
+    """Bytes of the distinct activations autograd keeps for the backward pass of one forward of an
+    unpadded batch (not the parameters, nor the copies of them autocast makes: those are weights)."""
 
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in params and tuple(tensor.shape) not in weight_shapes:
-            saved[storage.data_ptr()] = storage.nbytes()
-        return tensor
+    def forward() -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            body(torch.randint(0, 512, (2, 40)))
 
-    with (
-        torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor),
-        torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast),
-    ):
-        body(torch.randint(0, 512, (2, 40)))
-    return sum(saved.values())
+    return sum(size for size, _ in saved_activations(model, forward).values())
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
