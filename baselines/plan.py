@@ -410,8 +410,11 @@ def template_samples(config: TrainConfig) -> str:
     from baselines.traces import template_rerenders
     from scope_envs.core.registration import find_env
 
-    def most() -> int:
-        return find_env(config.env).make(**config.env_kwargs).max_turns
+    def most() -> str:
+        try:  # the env's own limit; building it may need data or extras that planning does not
+            return str(find_env(config.env).make(**config.env_kwargs).max_turns)
+        except (OSError, ImportError) as error:
+            return f"the env's max_turns (not read: {type(error).__name__})"
 
     try:
         tokenizer = _tokenizer(config.policy)
