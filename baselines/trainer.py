@@ -107,6 +107,8 @@ class Trainer:
         self.output = Path(config.output_dir)
         self.output.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(config.seed)
+        if config.cpu_threads > 0 and not torch.cuda.is_available():
+            torch.set_num_threads(config.cpu_threads)
         self.env_info = find_env(config.env)
         self.probe = self.make_env()
         chat_rollout = collect_async if config.rollout == "async" else collect_chat
