@@ -1,7 +1,7 @@
 """SCOPE dialogue envs as verifiers environments: the model under evaluation or training plays the
 agent side, a SCOPE simulator spec plays the user, the env scores the episode.
 
-    vf-eval baselines.integrations.verifiers_env --env.taskset.env P4G \\
+    vf-eval baselines.integrations.verifiers_env --env.taskset.env ENV \\
         --env.taskset.simulator openai:gpt-5-mini -m MODEL --client.base-url URL -n 8 -r 4
 
 verifiers (tested: `verifiers==0.4.0`, the `verifiers` extra) has one multi-turn API, `verifiers.v1`
@@ -50,8 +50,8 @@ REWARD = "scope_reward"
 
 
 class ScopeTasksetConfig(vf.TasksetConfig):
-    env: str = "P4G"
-    """A registered SCOPE env (`P4G`, `Tau2Retail`, ...)."""
+    env: str
+    """A registered SCOPE env (its name, as `scope envs` lists them)."""
     simulator: str = "scripted"
     """The SCOPE simulator spec that plays the user (`scripted`, `openai:gpt-5-mini`, `vs[5]:...`)."""
     split: str = "train"
