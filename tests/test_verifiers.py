@@ -106,6 +106,14 @@ def test_vf_eval_plays_scope_episodes_scored_by_the_env(scripted_model, tmp_path
     assert len(rewards) > 1, "the scenarios differ in outcome, so equality above is informative"
 
 
+def test_vf_eval_without_an_env_says_which_option_names_one(tmp_path):
+    vf_eval = Path(sys.executable).with_name("vf-eval")
+    command = [str(vf_eval), "scope-verifiers", "-n", "1", "-m", "m", "--no-push", "--no-rich"]
+    run = subprocess.run(command, cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert "--env.taskset.env" in run.stderr + run.stdout
+
+
 def test_the_example_evaluates_against_an_openai_compatible_server(scripted_model, tmp_path):
     command = [
         sys.executable, str(ROOT / "examples" / "verifiers_eval.py"), "--env", ENV, "--split", SPLIT,

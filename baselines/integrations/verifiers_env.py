@@ -50,8 +50,9 @@ REWARD = "scope_reward"
 
 
 class ScopeTasksetConfig(vf.TasksetConfig):
-    env: str
-    """A registered SCOPE env (its name, as `scope envs` lists them)."""
+    env: str = ""
+    """A registered SCOPE env (its name, as `scope envs` lists them); required. It has an empty
+    default only because `vf-eval` builds the config from its id before it reads the command line."""
     simulator: str = "scripted"
     """The SCOPE simulator spec that plays the user (`scripted`, `openai:gpt-5-mini`, `vs[5]:...`)."""
     split: str = "train"
@@ -85,6 +86,8 @@ class ScopeTask(vf.Task[ScopeTaskData, ScopeState, vf.TaskConfig]):
 class ScopeTaskset(vf.Taskset[ScopeTask, ScopeTasksetConfig]):
     def load(self) -> Iterator[ScopeTask]:
         config = self.config
+        if not config.env:
+            raise ValueError("no SCOPE env named: set --env.taskset.env (one of `scope envs`)")
         dialogue = build_env(config.env, **config.env_kwargs)
         try:
             ids: list[str | None] = list(dialogue.task_ids(config.split)) if hasattr(dialogue, "task_ids") else []
