@@ -151,8 +151,21 @@ class APISimulator(Simulator):
         self, messages: View, schema: dict[str, Any], *, seed: int | None = None, name: str = "response"
     ) -> Reply:
         """A reply whose text is JSON following `schema`, through the API's structured output."""
+        return self.respond_json_batch([messages], schema, seeds=[seed], name=name)[0]
+
+    def respond_json_batch(
+        self,
+        batch: Sequence[View],
+        schema: dict[str, Any],
+        *,
+        seeds: Sequence[int | None] | None = None,
+        name: str = "response",
+    ) -> list[Reply]:
+        """`respond_json` for each view, the requests in flight together."""
         options = self._structured_options(schema, name)
-        return self._submit(lambda: self._respond(messages, None, seed, options)).result()
+        _, seed_list = batch_arguments(batch, None, seeds)
+        futures = [self._submit(lambda m=m, s=s: self._respond(m, None, s, options)) for m, s in zip(batch, seed_list)]
+        return [future.result() for future in futures]
 
     def run_on_loop(self, make: Callable[[], Awaitable[Any]]) -> Any:
         """Runs the coroutine `make()` to completion on this simulator's own event loop, from

@@ -55,14 +55,17 @@ class CollapseReport:
 def sample_replies(
     simulator: Any, states: Sequence[View], n: int, seed: int = 0, *, first_index: int = 0
 ) -> list[list[str]]:
-    """`n` replies per state, each with its own seed, in one batched call per state. The seeds of
-    a state depend on its index (`first_index` for the first), so a state sampled alone gets the
-    replies it gets among the others."""
-    out = []
-    for index, state in enumerate(states, start=first_index):
-        seeds = [int(s) for s in np.random.SeedSequence([seed, index]).generate_state(n)]
-        out.append([reply.text for reply in simulator.respond_batch([state] * n, seeds=seeds)])
-    return out
+    """`n` replies per state, each with its own seed, all in one batched call (a local model
+    decodes the states' replies together, at little more cost per step than one state's). The
+    seeds of a state depend on its index (`first_index` for the first), so a state sampled alone
+    gets the replies it gets among the others."""
+    seeds = [
+        int(s)
+        for index in range(first_index, first_index + len(states))
+        for s in np.random.SeedSequence([seed, index]).generate_state(n)
+    ]
+    replies = simulator.respond_batch([state for state in states for _ in range(n)], seeds=seeds)
+    return [[reply.text for reply in replies[i * n : (i + 1) * n]] for i in range(len(states))]
 
 
 def tokens(text: str) -> list[str]:

@@ -197,23 +197,40 @@ class HFSimulator(Simulator):
         self, messages: View, schema: dict[str, Any], *, seed: int | None = None, name: str = "response"
     ) -> Reply:
         """A JSON reply, started for the model with the opening of `schema`'s first fields."""
+        return self.respond_json_batch([messages], schema, seeds=[seed], name=name)[0]
+
+    def respond_json_batch(
+        self,
+        batch: Sequence[View],
+        schema: dict[str, Any],
+        *,
+        seeds: Sequence[int | None] | None = None,
+        name: str = "response",
+    ) -> list[Reply]:
+        """`respond_json` for each view, generated together (one prefill per distinct prompt)."""
+        _, seed_list = batch_arguments(batch, None, seeds)
         opening = json_opening(schema)
-        prompt = self.render(messages) + list(self.tokenizer(opening, add_special_tokens=False)["input_ids"])
-        reply = self.generate([prompt], [seed])[0]
-        reply.text = opening + self.tokenizer.decode(reply.token_ids or [], skip_special_tokens=True)
-        reply.tool_calls = ()
-        reply.metadata["json_opening"] = opening
-        return reply
+        opening_ids = list(self.tokenizer(opening, add_special_tokens=False)["input_ids"])
+        prompts = [self.render(messages) + opening_ids for messages in batch]
+        replies = self._generate_in_chunks(prompts, seed_list)
+        for reply in replies:
+            reply.text = opening + self.tokenizer.decode(reply.token_ids or [], skip_special_tokens=True)
+            reply.tool_calls = ()
+            reply.metadata["json_opening"] = opening
+        return replies
 
     def respond_batch(
         self, batch: Sequence[View], tools: Sequence[Tools] | None = None, *, seeds: Sequence[int | None] | None = None
     ) -> list[Reply]:
         tool_list, seed_list = batch_arguments(batch, tools, seeds)
         prompts = [self.render(m, t) for m, t in zip(batch, tool_list)]
+        return self._generate_in_chunks(prompts, seed_list)
+
+    def _generate_in_chunks(self, prompts: list[list[int]], seeds: Sequence[int | None]) -> list[Reply]:
         replies: list[Reply] = []
         for start in range(0, len(prompts), self.batch_size):
             chunk = slice(start, start + self.batch_size)
-            replies.extend(self.generate(prompts[chunk], seed_list[chunk]))
+            replies.extend(self.generate(prompts[chunk], seeds[chunk]))
         return replies
 
     def generate(

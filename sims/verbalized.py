@@ -241,11 +241,16 @@ class VerbalizedSampling(SimulatorWrapper):
         return [r for r in replies if r is not None]
 
     def _ask(self, views: list[list[Message]], seeds: list[int | None]) -> list[Reply]:
-        if getattr(self.simulator, "supports_structured_output", False) and hasattr(self.simulator, "respond_json"):
-            return [
-                self.simulator.respond_json(v, CANDIDATES_SCHEMA, seed=s, name="verbalized_candidates")
-                for v, s in zip(views, seeds)
-            ]
+        if getattr(self.simulator, "supports_structured_output", False):
+            if hasattr(self.simulator, "respond_json_batch"):
+                return self.simulator.respond_json_batch(
+                    views, CANDIDATES_SCHEMA, seeds=seeds, name="verbalized_candidates"
+                )
+            if hasattr(self.simulator, "respond_json"):
+                return [
+                    self.simulator.respond_json(v, CANDIDATES_SCHEMA, seed=s, name="verbalized_candidates")
+                    for v, s in zip(views, seeds)
+                ]
         return self.simulator.respond_batch(views, None, seeds=seeds)
 
 

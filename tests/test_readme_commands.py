@@ -28,7 +28,7 @@ COMMANDS = [
     ("README.md", "scope envs", "demo", 30, None),
     ("README.md", "scope play P4G --episodes 2", "demo", 60, None),
     ("README.md", "scope play PersuasionActs --episodes 2", "demo", 60, None),
-    ("README.md", "scope diagnose --env P4G --simulator scripted --simulator smollm2 --vs", "hf+smollm2", 300, None),
+    ("README.md", "scope diagnose --env P4G --simulator scripted --simulator smollm2 --vs", "hf+smollm2", 120, None),
     ("README.md", "scope train p4g_tiny", "hf", 60, None),
     ("README.md", "scope play Tau2Retail --human agent --opponent scripted", "tau2", 60, "hello\n/quit\n"),
     ("docs/training.md", f"scope train p4g_tiny steps=20 advantage=dr_grpo {DR_GRPO_FOLDER}", "hf", 120, None),

@@ -115,3 +115,24 @@ def test_a_prompt_shared_by_rows_is_computed_once_and_replies_are_unchanged(tiny
     for mine, reference in zip(shared, alone):
         assert mine.token_ids == reference.token_ids
         assert mine.logprobs == pytest.approx(reference.logprobs, abs=1e-4)
+
+
+def test_verbalized_sampling_asks_for_its_candidate_lists_in_one_batch(tiny):
+    """VS's structured requests for several replies are decoded together, not one after another,
+    and each row's JSON reply is the one it gets alone."""
+    from sims.verbalized import CANDIDATES_SCHEMA, VerbalizedSampling
+
+    seeds = [31, 32, 33]
+    alone = [tiny.respond_json(VIEW, CANDIDATES_SCHEMA, seed=seed) for seed in seeds]
+    together = tiny.respond_json_batch([VIEW] * 3, CANDIDATES_SCHEMA, seeds=seeds)
+    assert [r.token_ids for r in together] == [r.token_ids for r in alone]
+    assert [r.text for r in together] == [r.text for r in alone]
+    decoded_rows = []
+    hook = tiny.model.register_forward_hook(
+        lambda module, args, kwargs, out: decoded_rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+        VerbalizedSampling(tiny, k=3, retries=0).respond_batch([VIEW] * 3, seeds=seeds)
+    finally:
+        hook.remove()
+    assert 3 in decoded_rows[: tiny.max_new_tokens * 3 // 2]  # the first attempt's three lists decode as one batch
