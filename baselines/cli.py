@@ -8,6 +8,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from baselines.arguments import add_env_arg, add_key_values, env_kwargs_of
 from scope_envs.core.extras import MissingExtraError, missing_module_hint, needs_extra
 
 # `scope diagnose` sized for a CPU: a few replies per state, short replies, one retry of a
@@ -61,13 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="async: each episode takes its turn as soon as its own reply arrives; auto (default): async when a "
         "player answers asynchronously (API backends)",
     )
-    play.add_argument(
-        "--env-arg",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a constructor argument of the env, e.g. termination=wait (JSON values are parsed); repeatable",
-    )
+    add_env_arg(play)
     from baselines.people import commands as people  # play --human, serve, view, study export, export
 
     people.add_play_arguments(play)
@@ -82,9 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     diagnose.add_argument("--env", required=True, help="the environment whose conversations give the states")
     diagnose.add_argument("--side", default="user", choices=["agent", "user"], help="the side simulated (user)")
-    diagnose.add_argument(
-        "--env-arg", action="append", default=[], metavar="KEY=VALUE", help="a constructor argument of the env"
-    )
+    add_env_arg(diagnose)
     diagnose.add_argument("--simulator", action="append", required=True, help="a simulator spec; repeatable")
     diagnose.add_argument(
         "--vs",
@@ -112,11 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     diagnose.add_argument("--embedding", choices=["auto", "minilm", "tfidf"], default="auto")
     diagnose.add_argument("--plot", default="collapse.png", help="where to write the plot (PNG)")
     diagnose.add_argument("--json", action="store_true", help="print the reports as JSON lines")
-    diagnose.add_argument(
+    add_key_values(
+        diagnose,
         "--sim-arg",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
         help="a keyword for every simulator built from a backend (not `scripted`, whose rules take none), "
         "e.g. temperature=0.7",
     )
@@ -202,7 +193,7 @@ def _diagnose(args: argparse.Namespace) -> int:
     from sims.diagnostics import diagnose, dialogue_states, format_table, plot, sample_replies
     from sims.verbalized import VerbalizedSampling
 
-    env = build_env(args.env, **dict(_key_value(item) for item in args.env_arg))
+    env = build_env(args.env, **env_kwargs_of(args))
     states = dialogue_states(env, args.side, args.states, seed=args.seed)
     simulators = []
     for spec in args.simulator:
@@ -275,7 +266,7 @@ def _diagnosed_simulator(spec: str, env: object, args: argparse.Namespace, max_n
     from sims import make_simulator
 
     backend = split_spec(spec)[0]
-    keywords = {} if backend == SCRIPTED else dict(_key_value(item) for item in args.sim_arg)
+    keywords = {} if backend == SCRIPTED else dict(args.sim_arg)
     if _local(backend):
         keywords.setdefault("max_new_tokens", max_new_tokens)
     try:
@@ -380,7 +371,7 @@ def _list_envs() -> int:
 
 
 def _play(args: argparse.Namespace) -> int:
-    from scope_envs.core.batch import run_episodes
+    from scope_envs.core.episodes import run_episodes
     from scope_envs.core.registration import find_env
     from scope_envs.core.specs import resolve_policy
 
@@ -389,8 +380,7 @@ def _play(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(error, file=sys.stderr)
         return 2
-    env_kwargs = dict(_key_value(item) for item in args.env_arg)
-    envs = [info.make(**env_kwargs) for _ in range(args.episodes)]
+    envs = [info.make(**env_kwargs_of(args)) for _ in range(args.episodes)]
     options = {key: value for key, value in (("task_id", args.task_id), ("split", args.split)) if value is not None}
     policies = {
         side: resolve_policy(spec, env=envs[0], side=side)
@@ -421,16 +411,6 @@ def _play(args: argparse.Namespace) -> int:
         print(f"--- {ended}: {result.end_reason} after {result.turns} turns; rewards {result.rewards}")
         print(f"    agent reward breakdown: {result.reward_info['agent']['components']}\n")
     return 0
-
-
-def _key_value(item: str) -> tuple[str, object]:
-    key, sep, raw = item.partition("=")
-    if not sep or not key:
-        raise SystemExit(f"--env-arg expects KEY=VALUE, got {item!r}")
-    try:
-        return key, json.loads(raw)
-    except json.JSONDecodeError:
-        return key, raw
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from baselines.advantages import ESTIMATORS
+from baselines.arguments import parse_key_value
 from baselines.loss import AGGREGATIONS
 from baselines.policy import language_model_of
 from sims.pool import SAMPLING
@@ -213,18 +214,14 @@ def find_config(name: str | Path, kind: str = "configs") -> Path:
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
     """A config from a YAML file or shipped config (or the defaults) and `key=value` overrides
-    (values parsed as YAML)."""
+    (values read by `baselines.arguments.parse_value`, as every `scope` command reads them)."""
     values: dict[str, Any] = {}
     if path is not None:
         loaded = yaml.safe_load(find_config(path).read_text()) or {}
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: a training config is a mapping of keys to values")
         values.update(loaded)
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise ValueError(f"override {item!r} is not key=value")
-        values[key.strip()] = yaml.safe_load(raw)
+    values.update(parse_key_value(item, "an override") for item in overrides)
     unknown = [key for key in values if key not in FIELDS]
     if unknown:
         hints = []

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from baselines.arguments import add_env_arg, env_kwargs_of
 from scope_envs.core.async_rollout import collect_async
 from scope_envs.core.dialogue import AGENT, USER
 from scope_envs.core.extras import needs_extra
@@ -534,9 +535,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default="test", help="the split tasks are drawn from (test)")
     parser.add_argument("--seed", type=int, default=0, help="picks the task set and seeds the episodes (0)")
     parser.add_argument("--side", default=AGENT, choices=[AGENT, USER], help="the side the agents play (agent)")
-    parser.add_argument(
-        "--env-arg", action="append", default=[], metavar="KEY=VALUE", help="a constructor argument of the env"
-    )
+    add_env_arg(parser)
     parser.add_argument("--out", default="runs/evaluate", help="output folder; cells are cached there")
 
 
@@ -546,10 +545,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         print(needs_extra("scope evaluate", "scipy", "evaluate"), file=sys.stderr)
         return 2
-    from baselines.cli import _key_value
-
-    env_kwargs = dict(_key_value(item) for item in args.env_arg)
-    settings = EvalSettings(args.env, args.tasks, args.trials, args.split, args.seed, args.side, env_kwargs)
+    settings = EvalSettings(args.env, args.tasks, args.trials, args.split, args.seed, args.side, env_kwargs_of(args))
     from baselines.trainer import RunError
 
     try:
