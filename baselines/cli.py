@@ -314,15 +314,18 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    """The run's newest intact checkpoint, read from its folder (no trainer, no Ray)."""
     from baselines.config import load_config
-    from baselines.trainer import Trainer
+    from baselines.rollouts import evaluate_run
+    from baselines.run import Run
 
     path, overrides = _split_overrides(args.config, args.overrides)
     try:
-        trainer = Trainer(load_config(path, overrides))
-        if trainer.load_latest() is None:
-            print(f"no checkpoint in {trainer.checkpoints}; evaluating the initial policy", file=sys.stderr)
-        print(json.dumps({"step": trainer.step, **trainer.evaluate(trainer.step)}))
+        config = load_config(path, overrides)
+        run = Run(config.output_dir, config)
+        if not run.checkpoint_steps():
+            print(f"no checkpoint in {run.checkpoints}; evaluating the initial policy", file=sys.stderr)
+        print(json.dumps(evaluate_run(run, initial=True)))
     except _run_stoppers() as error:
         return _stopped("scope eval", error)
     return 0
@@ -332,7 +335,7 @@ def _run_stoppers() -> tuple[type[Exception], ...]:
     """What stops a run with a one-line message instead of a traceback: the trainer's refusals, a
     fatal simulator error (a rejected key, an unknown model), and a policy error outside any
     episode (a simulator that cannot even be built, e.g. without an API key)."""
-    from baselines.trainer import RunError
+    from baselines.run import RunError
     from scope_envs.core.policy import FatalPolicyError, PolicyError
 
     return (RunError, FatalPolicyError, PolicyError)

@@ -13,11 +13,11 @@ import yaml
 from baselines.advantages import ESTIMATORS
 from baselines.arguments import parse_key_value
 from baselines.loss import AGGREGATIONS
+from baselines.methods import method_for
 from baselines.policy import language_model_of
 from sims.pool import SAMPLING
 
 DTYPES = ("float32", "bfloat16")
-METHODS = ("single", "ensemble", "vs", "cotrain", "population")
 SIMULATOR_REWARDS = ("adversarial", "cooperative", "curriculum")
 # population: each group's simulator drawn uniformly from the pool snapshots and the live one, or
 # always the latest of them (the live simulator)
@@ -46,12 +46,12 @@ class TrainConfig:
     max_model_len: int = 4096
     generation_engine: str = "transformers"  # or "vllm" (GPU; needs lora) for the trained policy's turns
     vllm_gpu_memory_utilization: float = 0.4  # the share of GPU memory vLLM takes; the rest trains
-    # against whom
+    # against whom: a method of `baselines.methods` by name, or "module:Class" of one of your own
     method: str = "single"
     simulators: list[str] = field(default_factory=lambda: ["scripted"])
     vs_k: int = 5
     vs_draw: str = "random"
-    # co-training: the simulator is a trainable policy too (method cotrain / population)
+    # co-training: the simulator is a trainable policy too (methods cotrain, curriculum, population)
     simulator_policy: str | None = None  # its initial checkpoint; by default the same as `policy`
     simulator_lr: float | None = None  # by default `lr`
     simulator_kl_coef: float = 0.0
@@ -117,8 +117,10 @@ class TrainConfig:
         problems = []
         if not self.env:
             problems.append("env is required: a registered environment name (`scope envs` lists them)")
-        if self.method not in METHODS:
-            problems.append(f"method must be one of {METHODS}, got {self.method!r}")
+        try:
+            problems.extend(method_for(self).problems())
+        except ValueError as error:
+            problems.append(str(error))
         if self.advantage not in ESTIMATORS:
             problems.append(f"advantage must be one of {ESTIMATORS}, got {self.advantage!r}")
         if self.aggregation not in AGGREGATIONS:
@@ -142,22 +144,14 @@ class TrainConfig:
             problems.append(
                 "generation_engine 'vllm' serves the trained policy as a LoRA adapter: set lora and an hf: policy"
             )
-        if self.generation_engine == "vllm" and self.method in {"cotrain", "population"}:
-            simulator = self.simulator_policy or self.policy
-            if not language_model_of(simulator):
-                problems.append("generation_engine 'vllm' serves the co-trained simulator too: use an hf: policy")
         if self.dtype not in DTYPES:
             problems.append(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if not 0.0 <= self.live_min_share <= 1.0:
             problems.append(f"live_min_share must be in [0, 1], got {self.live_min_share}")
         if self.simulator_reward not in SIMULATOR_REWARDS:
             problems.append(f"simulator_reward must be one of {SIMULATOR_REWARDS}, got {self.simulator_reward!r}")
-        if self.method in {"cotrain", "population"} and self.side != "agent":
-            problems.append("co-training trains the agent and the simulator: keep side 'agent'")
         if self.pool_sampling not in POOL_SAMPLING:
             problems.append(f"pool_sampling must be one of {POOL_SAMPLING}, got {self.pool_sampling!r}")
-        if self.method == "single" and len(self.simulators) != 1:
-            problems.append(f"method 'single' trains against exactly one simulator, got {len(self.simulators)}")
         for name in (
             "steps",
             "groups_per_step",

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from baselines.arguments import add_env_arg, env_kwargs_of
+from baselines.run import Run, RunError, is_run
 from scope_envs.core.async_rollout import collect_async
 from scope_envs.core.dialogue import AGENT, USER
 from scope_envs.core.extras import needs_extra
@@ -79,28 +80,9 @@ class CellResult:
 # ---- who plays -----------------------------------------------------------------------------------
 
 
-def is_run(path: str) -> bool:
-    return (Path(path) / "config.yaml").is_file()
-
-
-def load_run(path: str | Path) -> Any:
-    """The trainer of a run, at its newest intact checkpoint (an error if it has none)."""
-    from baselines.config import load_config
-    from baselines.trainer import Trainer
-
-    folder = Path(path)
-    if not is_run(str(folder)):
-        raise ValueError(f"{folder} is not a run folder: it has no config.yaml")
-    trainer = Trainer(load_config(folder / "config.yaml", [f"output_dir={folder}"]))
-    if trainer.load_latest() is None:
-        raise ValueError(f"{folder} holds no checkpoint to evaluate")
-    return trainer
-
-
-def _checkpoint_identity(trainer: Any) -> str:
-    latest = trainer.checkpoints / (trainer.checkpoints / "latest").read_text().strip()
-    manifest = (latest / "manifest.json").read_bytes() if (latest / "manifest.json").is_file() else b""
-    return f"{Path(trainer.output).resolve()}:{latest.name}:{hashlib.sha256(manifest).hexdigest()[:16]}"
+def load_run(path: str | Path) -> Run:
+    """A run folder (an error if it is none); its policies load from its newest intact checkpoint."""
+    return Run(path)
 
 
 def _run_source(folder: str | Path) -> str:
@@ -130,16 +112,17 @@ def _registered_policy(spec: str, env: Any, side: str) -> Any:
         return None
 
 
-def training_sources(trainer: Any, env: Any, side: str) -> frozenset[str]:
+def training_sources(run: Run, env: Any, side: str) -> frozenset[str]:
     """The simulators a run trained against, as `Player.sources` name them: its `simulators`, and
     for co-training its simulator's initial checkpoint and the run itself (its live simulator and
     its pool). `side` is the side its simulators played."""
-    config = trainer.config
+    config = run.config
     specs = list(config.simulators)
     sources: set[str] = set()
-    if config.method in ("cotrain", "population"):
-        specs.append(config.simulator_policy or config.policy)
-        sources.add(_run_source(trainer.output))
+    trained = [learner for trained_side, learner in run.method.learners().items() if trained_side != config.side]
+    if trained:
+        specs.extend(learner.policy for learner in trained)
+        sources.add(_run_source(run.folder))
     for spec in specs:
         sources |= spec_sources(spec, _registered_policy(spec, env, side))
     return frozenset(sources)
@@ -148,16 +131,18 @@ def training_sources(trainer: Any, env: Any, side: str) -> frozenset[str]:
 def build_agent(spec: str, env: Any, side: str = AGENT) -> Player:
     """An agent: the trained side of a run folder, or a policy spec."""
     if is_run(spec):
-        trainer = load_run(spec)
-        if side not in trainer.learners:
-            raise ValueError(f"{spec}: the run trained the {trainer.side!r} side, not {side!r}")
-        identity = f"run:{_checkpoint_identity(trainer)}:{side}"
+        run = load_run(spec)
+        trained = run.trained_sides()
+        if side not in trained:
+            raise ValueError(f"{spec}: the run trained the {run.config.side!r} side, not {side!r}")
+        policy = run.policy(side, env=env)
+        identity = f"run:{run.checkpoint_identity()}:{side}"
         return Player(
             Path(spec).name,
-            trainer.learners[side].policy,
+            policy,
             identity,
             sources=frozenset({_run_source(spec)}),
-            trained_on=training_sources(trainer, env, USER if side == AGENT else AGENT),
+            trained_on=training_sources(run, env, USER if side == AGENT else AGENT),
         )
     policy = _policy(spec, env, side)
     return Player(spec, policy, f"spec:{spec}", sources=spec_sources(spec, policy))
@@ -165,6 +150,7 @@ def build_agent(spec: str, env: Any, side: str = AGENT) -> Player:
 
 def build_simulators(spec: str, env: Any, side: str = USER) -> list[Player]:
     """The simulators a `--simulators` item stands for (a pool stands for several)."""
+
     from sims.verbalized import verbalize
 
     vs = VS_PREFIX.match(spec)
@@ -177,18 +163,18 @@ def build_simulators(spec: str, env: Any, side: str = USER) -> list[Player]:
             for p in inner
         ]
     if spec.startswith(POOL_PREFIX):
-        trainer = load_run(spec.removeprefix(POOL_PREFIX))
-        if trainer.pool is None or not trainer.pool.members:
+        run = load_run(spec.removeprefix(POOL_PREFIX))
+        pool = run.pool(env=env)
+        if pool is None or not pool.members:
             raise ValueError(f"{spec}: the run has no simulator pool (only population runs keep one)")
-        name = Path(trainer.output).name
         return [
             Player(
-                f"{name}@{m.step}",
-                trainer.pool.load(m),
-                f"pool:{Path(trainer.output).resolve()}:{m.id}:{m.step}",
-                sources=frozenset({_run_source(trainer.output)}),
+                f"{run.name}@{m.step}",
+                pool.load(m),
+                f"pool:{run.folder.resolve()}:{m.id}:{m.step}",
+                sources=frozenset({_run_source(run.folder)}),
             )
-            for m in trainer.pool.members
+            for m in pool.members
         ]
     if is_run(spec):
         player = build_agent(spec, env, side)
@@ -546,8 +532,6 @@ def run(args: argparse.Namespace) -> int:
         print(needs_extra("scope evaluate", "scipy", "evaluate"), file=sys.stderr)
         return 2
     settings = EvalSettings(args.env, args.tasks, args.trials, args.split, args.seed, args.side, env_kwargs_of(args))
-    from baselines.trainer import RunError
-
     try:
         report = evaluate(settings, args.agents, args.simulators, Path(args.out))
     except (ValueError, RunError) as error:

@@ -12,8 +12,8 @@ from people_helpers import LOOPBACK, SHARED_P4G, VS_OPPONENT
 from baselines.people.api_models import MAX_TEXT, ServerSettings
 from baselines.people.app import create_app
 from baselines.people.commands import check_bind
-from baselines.people.records import read_records
 from baselines.people.study import StudyConfig
+from baselines.records import read_records
 
 P4G_TASKS = ["20180527-123001_539_live", "20180527-210026_713_live"]
 P4G_ARGS = {"P4G": {"persona_source": str(SHARED_P4G), "exchanges": 2}}

@@ -8,9 +8,9 @@ import pytest
 from people_helpers import train_tiny_run
 
 from baselines.cli import main
-from baselines.people.episode_store import EPISODES_FILE, choose
+from baselines.episodes import EPISODES_FILE, choose
 from baselines.people.export import export_episodes
-from baselines.people.records import read_records
+from baselines.records import read_records
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +80,8 @@ def test_export_jsonl_round_trips_and_refuses_to_overwrite(run_dir, tmp_path):
 
 
 def test_a_resumed_run_keeps_only_the_episodes_of_its_checkpointed_steps(tmp_path):
-    from baselines.people.episode_store import _prepare
-    from baselines.people.records import EpisodeRecord, append_records
+    from baselines.episodes import prepare_episodes_file
+    from baselines.records import EpisodeRecord, append_records
 
     path = tmp_path / EPISODES_FILE
     base = dict(
@@ -98,14 +98,7 @@ def test_a_resumed_run_keeps_only_the_episodes_of_its_checkpointed_steps(tmp_pat
     )
     append_records(path, [EpisodeRecord(**base, step=step) for step in (1, 2, 3)])
 
-    class Resumed:
-        step = 2
-
-    _prepare(Resumed(), path)
+    prepare_episodes_file(path, 2)  # resumed from the checkpoint of step 2
     assert [r.step for r in read_records(path)] == [1, 2]
-
-    class Fresh:
-        step = 0
-
-    _prepare(Fresh(), path)
+    prepare_episodes_file(path, 0)  # a fresh start
     assert not path.exists()

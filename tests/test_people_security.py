@@ -18,7 +18,7 @@ from baselines.people.api_models import ServerSettings
 from baselines.people.app import create_app
 from baselines.people.commands import check_bind
 from baselines.people.play_api import code_running_warning, offered_envs
-from baselines.people.records import read_records
+from baselines.records import read_records
 
 P4G_ARGS = {"P4G": {"persona_source": str(SHARED_P4G), "exchanges": 2}}
 FAILING = "scripted:people_helpers:FailingPersuadee"

@@ -7,10 +7,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scope_envs.core.async_rollout import collect_async
+from baselines.episodes import observed
+from baselines.rollouts import ROLLOUTS
 from scope_envs.core.dialogue import DialogueEnv
 from scope_envs.core.registration import find_env
-from scope_envs.core.rollout import Episode, RolloutGroup, collect_chat
+from scope_envs.core.rollout import Episode, RolloutGroup
 from scope_envs.core.specs import make_policy
 
 EnvSource = str | Callable[[], DialogueEnv]
@@ -30,13 +31,26 @@ class FromSpec:
 class RolloutWorker:
     """Builds its envs from a registered env name and kwargs (or a picklable env factory) and plays
     the groups it is sent with the env's own vectorized rollout, else chat episodes (`rollout`:
-    "lockstep" or "async"). It keeps no state between calls: a restarted worker plays a group the
-    same way, since everything random in it derives from the group's seed and the task's key."""
+    "lockstep", the default everywhere, or "async"). It keeps no state between calls: a restarted
+    worker plays a group the same way, since everything random in it derives from the group's seed
+    and the task's key."""
 
-    def __init__(self, env: EnvSource, env_kwargs: dict[str, Any] | None = None, rollout: str = "async") -> None:
+    def __init__(
+        self,
+        env: EnvSource,
+        env_kwargs: dict[str, Any] | None = None,
+        rollout: str = "lockstep",
+        *,
+        observe: bool = False,
+    ) -> None:
+        """`observe`: every episode keeps its conversation (`baselines.episodes.observed`), played here."""
+        if rollout not in ROLLOUTS:
+            raise ValueError(f"rollout must be one of {tuple(ROLLOUTS)}, got {rollout!r}")
         self.env, self.env_kwargs = env, dict(env_kwargs or {})
-        chat = collect_async if rollout == "async" else collect_chat
-        self.play = (find_env(env).rollout_function() if isinstance(env, str) else None) or chat
+        own = find_env(env).rollout_function() if isinstance(env, str) else None
+        self.play = own or ROLLOUTS[rollout]
+        if observe:
+            self.play = observed(self.play, chat=own is None)
         self.built: dict[FromSpec, Any] = {}
 
     def make_env(self) -> DialogueEnv:

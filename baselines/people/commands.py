@@ -272,6 +272,6 @@ def _export(args: argparse.Namespace) -> int:
     from baselines.people.export import export_episodes
 
     count = export_episodes(args.source, args.out, args.format)
-    loader = "datasets.load_from_disk" if args.format == "hf" else "baselines.people.records.read_records"
+    loader = "datasets.load_from_disk" if args.format == "hf" else "baselines.records.read_records"
     print(f"{count} episodes written to {args.out} (load with {loader})")
     return 0

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from baselines.people.episode_store import read_run_episodes
-from baselines.people.records import EpisodeRecord, append_records
 from baselines.people.storage import StudyStore
+from baselines.records import EpisodeRecord, append_records
 
 SIDES = ("agent", "user")
 

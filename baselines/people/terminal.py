@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from baselines.people.game import GameSettings, HumanGame, InvalidMove
-from baselines.people.records import append_records
+from baselines.records import append_records
 
 MAX_INPUT_CHARS = 4000
 
