@@ -188,7 +188,7 @@ def _run(args: argparse.Namespace) -> int:
 def _diagnose(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from scope_envs.core.specs import SCRIPTED, split_spec
+    from scope_envs.core.specs import SCRIPTED, split_spec, wrapped
     from scope_envs.core.views import build_env
     from sims.diagnostics import diagnose, dialogue_states, format_table, plot, sample_replies
     from sims.verbalized import VerbalizedSampling
@@ -209,7 +209,7 @@ def _diagnose(args: argparse.Namespace) -> int:
             continue
         simulators.append(
             (
-                f"vs({spec})",
+                wrapped("vs", spec, args.k),
                 VerbalizedSampling(_with_room_for(simulator, args.k), k=args.k, retries=DIAGNOSE_VS_RETRIES),
             )
         )

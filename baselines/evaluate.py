@@ -30,7 +30,6 @@ import argparse
 import hashlib
 import itertools
 import json
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,10 +46,9 @@ from scope_envs.core.policy import any_native_async
 from scope_envs.core.registration import find_env
 from scope_envs.core.rollout import RolloutGroup, collect_chat
 from scope_envs.core.seeding import derive_seed
+from scope_envs.core.specs import Spec, format_spec, parse_spec, wrap_policy
 
-VS_PREFIX = re.compile(r"^vs([0-9]*):(.+)$")
 POOL_PREFIX = "pool:"
-DEFAULT_VS_K = 5
 
 
 @dataclass
@@ -151,16 +149,17 @@ def build_agent(spec: str, env: Any, side: str = AGENT) -> Player:
 def build_simulators(spec: str, env: Any, side: str = USER) -> list[Player]:
     """The simulators a `--simulators` item stands for (a pool stands for several)."""
 
-    from sims.verbalized import verbalize
-
-    vs = VS_PREFIX.match(spec)
-    if vs:
-        k = int(vs.group(1) or DEFAULT_VS_K)
-        inner = build_simulators(vs.group(2), env, side)
+    parsed = parse_spec(spec)
+    if parsed.wrappers:  # `vs3:SPEC`: the players SPEC stands for, each wrapped, labelled as a spec
         # Verbalized Sampling of a training simulator samples the same model: not held out
         return [
-            Player(f"vs{k}({p.label})", verbalize(p.policy, k=k), f"vs{k}:{p.identity}", sources=p.sources)
-            for p in inner
+            Player(
+                format_spec(Spec(parsed.wrappers, p.label)),
+                wrap_policy(p.policy, parsed.wrappers),
+                format_spec(Spec(parsed.wrappers, p.identity)),
+                sources=p.sources,
+            )
+            for p in build_simulators(parsed.base, env, side)
         ]
     if spec.startswith(POOL_PREFIX):
         run = load_run(spec.removeprefix(POOL_PREFIX))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from baselines.methods.ensemble import EnsembleMethod
+from scope_envs.core.specs import wrapped
 from sims.verbalized import verbalize
 
 
@@ -15,4 +16,4 @@ class VerbalizedSamplingMethod(EnsembleMethod):
 
     def opponent_spec(self, label: str) -> str:
         spec = super().opponent_spec(label)
-        return f"vs({spec}, k={self.config.vs_k})" if spec != label else label
+        return wrapped("vs", spec, self.config.vs_k) if spec != label else label

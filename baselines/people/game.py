@@ -28,7 +28,6 @@ from scope_envs.core.registration import find_env
 from scope_envs.core.seeding import derive_seed
 from scope_envs.core.specs import resolve_policy
 from scope_envs.core.tools import validate_arguments
-from sims.verbalized import VerbalizedSampling
 
 HUMAN = "human"
 OPPONENT_ERROR = "opponent_error"  # the end reason of an episode whose opponent failed
@@ -39,10 +38,9 @@ class InvalidMove(ValueError):
     """A person's turn that is refused before it reaches the env (nothing changes)."""
 
 
-def build_opponent(spec: str, env: DialogueEnv, side: str, k: int = 5) -> Any:
-    """A policy from a spec; `vs:SPEC` wraps SPEC's policy in Verbalized Sampling (k candidates)."""
-    if spec.startswith("vs:"):
-        return VerbalizedSampling(resolve_policy(spec[3:], env=env, side=side), k=k)
+def build_opponent(spec: str, env: DialogueEnv, side: str) -> Any:
+    """A policy from a spec of the one grammar (`scope_envs.core.specs`: `vs:SPEC` is Verbalized
+    Sampling around SPEC's policy, as everywhere)."""
     return resolve_policy(spec, env=env, side=side)
 
 
