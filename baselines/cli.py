@@ -11,9 +11,11 @@ from collections.abc import Sequence
 from baselines.arguments import add_env_arg, add_key_values, env_kwargs_of
 from scope_envs.core.extras import MissingExtraError, missing_module_hint, needs_extra
 
-# `scope diagnose` sized for a CPU: a few replies per state, short replies, one retry of a
-# Verbalized Sampling list (a small model's broken lists are otherwise asked for three times).
-DIAGNOSE_STATES, DIAGNOSE_SAMPLES, DIAGNOSE_TOKENS, DIAGNOSE_VS_RETRIES = 4, 4, 32, 1
+# `scope diagnose`'s (states, replies per state, tokens per reply): on a CPU a few short replies
+# per state, so that the README's command ends in about two minutes on two cores; on a GPU more.
+DIAGNOSE_SIZES = {"cpu": (4, 4, 32), "gpu": (8, 8, 256)}
+# One retry of a Verbalized Sampling list (a small model's broken lists are otherwise asked for three times).
+DIAGNOSE_VS_RETRIES = 1
 LOCAL_MODEL_BACKENDS = ("hf", "smollm2", "vllm", "vllm-async")
 
 
@@ -72,8 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "diagnose",
         help="measure how mode-collapsed simulators are on states of an environment's conversations",
         description="Each simulator answers --samples times on each of --states conversation states; the table "
-        "and the plot say how alike its replies are. The defaults are sized for a CPU; on a GPU use more "
-        "states and samples, e.g. --states 8 --samples 8.",
+        "and the plot say how alike its replies are. The defaults depend on the machine: local models without "
+        f"a GPU get {_sizes('cpu')} (about two minutes on two CPU cores for the README's command), with one "
+        f"{_sizes('gpu')}; the command says which it used.",
     )
     diagnose.add_argument("--env", required=True, help="the environment whose conversations give the states")
     diagnose.add_argument("--side", default="user", choices=["agent", "user"], help="the side simulated (user)")
@@ -88,18 +91,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     diagnose.add_argument(
         "--reference", default=None, help="a simulator spec whose replies are the reference (gamma, coverage)"
     )
+    cpu, gpu = DIAGNOSE_SIZES["cpu"], DIAGNOSE_SIZES["gpu"]
     diagnose.add_argument(
-        "--states", type=int, default=DIAGNOSE_STATES, help="conversation states (default %(default)s)"
+        "--states", type=int, default=None, help=f"conversation states (default {cpu[0]}; {gpu[0]} with a GPU)"
     )
     diagnose.add_argument(
-        "--samples", type=int, default=DIAGNOSE_SAMPLES, help="replies per state (default %(default)s)"
+        "--samples", type=int, default=None, help=f"replies per state (default {cpu[1]}; {gpu[1]} with a GPU)"
     )
     diagnose.add_argument(
         "--max-new-tokens",
         type=int,
-        default=DIAGNOSE_TOKENS,
-        help="longest reply of a local model (hf:, smollm2, vllm:), in tokens (default %(default)s; "
-        "a Verbalized Sampling list gets --k times as many)",
+        default=None,
+        help=f"longest reply of a local model (hf:, smollm2, vllm:), in tokens (default {cpu[2]}; {gpu[2]} with "
+        "a GPU; a Verbalized Sampling list gets --k times as many)",
     )
     diagnose.add_argument("--seed", type=int, default=0)
     diagnose.add_argument("--embedding", choices=["auto", "minilm", "tfidf"], default="auto")
@@ -193,6 +197,7 @@ def _diagnose(args: argparse.Namespace) -> int:
     from sims.diagnostics import diagnose, dialogue_states, format_table, plot, sample_replies
     from sims.verbalized import VerbalizedSampling
 
+    _size_for_the_machine(args)
     env = build_env(args.env, **env_kwargs_of(args))
     states = dialogue_states(env, args.side, args.states, seed=args.seed)
     simulators = []
@@ -243,6 +248,55 @@ def _diagnose(args: argparse.Namespace) -> int:
         print(format_table(reports))
     print(f"plot: {plot(reports, args.plot)}")
     return 0
+
+
+def _sizes(machine: str) -> str:
+    return _sizes_of(DIAGNOSE_SIZES[machine])
+
+
+def _sizes_of(sizes: Sequence[int]) -> str:
+    states, samples, tokens = sizes
+    return f"{states} states x {samples} replies of at most {tokens} tokens"
+
+
+def _size_for_the_machine(args: argparse.Namespace) -> None:
+    """Fills in the --states, --samples and --max-new-tokens left unset, with a GPU's sizes when a
+    local model runs on one and a CPU's otherwise, and says which in one line (on stderr, so that
+    --json stays JSON). On a CPU, local models run on one thread unless OMP_NUM_THREADS says
+    otherwise: decoding a few replies at a time is bound by memory, and on a busy two-core machine
+    a second thread mostly waits for the first (one decoding step of smollm2 took ten times the
+    CPU time on two threads)."""
+    import os
+
+    from scope_envs.core.specs import split_spec
+
+    specs = [*args.simulator, *([args.reference] if args.reference else [])]
+    local = any(_local(split_spec(spec)[0]) for spec in specs)
+    torch = _torch_if_installed() if local else None
+    machine = "gpu" if torch is not None and torch.cuda.is_available() else "cpu"
+    given = (args.states, args.samples, args.max_new_tokens)
+    sizes = [value if value is not None else default for value, default in zip(given, DIAGNOSE_SIZES[machine])]
+    args.states, args.samples, args.max_new_tokens = sizes
+    note = f"defaults sized for a {machine.upper()}"
+    if not local:
+        note = "no local model: a CPU's defaults"
+    elif machine == "cpu":
+        note += f", no GPU found; a GPU's: {_sizes('gpu')}"
+        if torch is not None and "OMP_NUM_THREADS" not in os.environ:
+            torch.set_num_threads(1)
+            note += "; local models on one thread, OMP_NUM_THREADS to change"
+    print(
+        f"scope diagnose: {_sizes_of(sizes)} per simulator ({note}; --states, --samples, --max-new-tokens to change)",
+        file=sys.stderr,
+    )
+
+
+def _torch_if_installed() -> object | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
 
 
 def _local(backend: str) -> bool:

@@ -33,6 +33,9 @@ class TrainConfig:
     side: str = "agent"
     policy: str = "tiny"  # "tiny" (random, for tests), "smollm2", or "hf:MODEL_OR_PATH"
     device: str | None = None
+    # torch's threads when the run has no GPU (0: torch's default, one per core). A tiny model on a
+    # busy two-core machine ran in a seventh of the CPU time on one thread: its threads mostly wait
+    cpu_threads: int = 0
     gpus: int = 1  # GPUs the run may use (`scope plan` checks the run fits them)
     gpu_memory_gb: float = 80.0  # memory of each GPU, in GB (10^9 bytes), as vendors state it
     # precision: frozen weights and compute in `dtype`; trained parameters (full model or LoRA
@@ -171,6 +174,8 @@ class TrainConfig:
         ):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be at least 1")
+        if self.cpu_threads < 0:
+            problems.append("cpu_threads must be 0 (torch's default) or a positive number of threads")
         if self.logprob_chunk < 0:
             problems.append("logprob_chunk must be 0 (no chunking) or a positive number of positions")
         if not 0.0 <= self.max_failed_episode_share <= 1.0:

@@ -174,7 +174,7 @@ def run_all(settings: DemoSettings, *, progress: bool = True) -> dict[str, list[
     """Every method x seed, `settings.jobs` at a time; the metric histories per method."""
     from tqdm.auto import tqdm
 
-    # Co-training runs take about twice as long as the others: started first, they leave no
+    # Co-training runs take the longest (a second learner): started first, they leave no
     # process idle at the end.
     longest_first = sorted(settings.methods, key=lambda m: m not in ("cotrain", "population"))
     jobs = [(method, seed) for method in longest_first for seed in range(settings.seeds)]

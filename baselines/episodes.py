@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +122,7 @@ def observed(rollout: Callable[..., list[Episode]], *, chat: bool = True) -> Cal
                 recorders[id(player)] = recorder_of(player)
             return recorders[id(player)]
 
-        played = [RolloutGroup(g.seed, {s: wrap(p) for s, p in g.players.items()}) for g in groups] if chat else groups
+        played = [replace(g, players={s: wrap(p) for s, p in g.players.items()}) for g in groups] if chat else groups
         episodes = rollout(make, played, **kwargs)
         # the chat rollouts make a probe env, then one env per episode, in episode order
         own = envs[-len(episodes) :] if episodes and len(envs) > len(episodes) else []

@@ -49,6 +49,7 @@ from scope_envs.core.seeding import derive_seed
 from scope_envs.core.specs import Spec, format_spec, parse_spec, wrap_policy
 
 POOL_PREFIX = "pool:"
+ALL_TASKS = "all"
 
 
 @dataclass
@@ -204,7 +205,7 @@ def _policy(spec: str, env: Any, side: str) -> Any:
 @dataclass(frozen=True)
 class EvalSettings:
     env: str
-    tasks: int = 50
+    tasks: int | str = 50  # "all": every task of the split once, in the env's order
     trials: int = 4
     split: str = "test"
     seed: int = 0
@@ -212,7 +213,9 @@ class EvalSettings:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> EvalSettings:
-        if self.tasks < 1 or self.trials < 1:
+        if self.tasks != ALL_TASKS and (not isinstance(self.tasks, int) or self.tasks < 1):
+            raise ValueError(f"tasks must be a number of at least 1 or {ALL_TASKS!r}, got {self.tasks!r}")
+        if self.trials < 1:
             raise ValueError("tasks and trials must be at least 1")
         if self.side not in (AGENT, USER):
             raise ValueError(f"side must be {AGENT!r} or {USER!r}")
@@ -239,13 +242,24 @@ def cell_path(out: Path, key: dict[str, Any]) -> Path:
     return out / "cells" / f"{digest}.json"
 
 
+def task_list(settings: EvalSettings) -> list[str | None]:
+    """The task of each group: every task of the split (`tasks="all"`), or `tasks` drawn by the seeds (None)."""
+    if settings.tasks != ALL_TASKS:
+        return [None] * int(settings.tasks)
+    env = find_env(settings.env).make(**settings.env_kwargs)
+    if not hasattr(env, "task_ids"):
+        raise ValueError(f"{settings.env} does not list its tasks: pass a number of tasks")
+    return list(env.task_ids(settings.split))
+
+
 def play_cell(settings: EvalSettings, agent: Player, simulator: Player) -> CellResult:
     """`tasks` x `trials` episodes of one agent against one simulator."""
     info = find_env(settings.env)
     partner = USER if settings.side == AGENT else AGENT
     players = {settings.side: agent.policy, partner: simulator.policy}
     rollout = info.rollout_function() or (collect_async if any_native_async(players.values()) else collect_chat)
-    groups = [RolloutGroup(derive_seed(settings.seed, task), players) for task in range(settings.tasks)]
+    task_ids = task_list(settings)
+    groups = [RolloutGroup(derive_seed(settings.seed, index), players, task) for index, task in enumerate(task_ids)]
     episodes = rollout(
         lambda: info.make(**settings.env_kwargs),
         groups,
@@ -509,13 +523,27 @@ def evaluate(
     return path
 
 
+def tasks_argument(text: str) -> int | str:
+    if text == ALL_TASKS:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or {ALL_TASKS!r}, got {text!r}") from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", required=True, help="the environment (`scope envs` lists them)")
     parser.add_argument("--agents", nargs="+", required=True, help="run folders or policy specs")
     parser.add_argument(
         "--simulators", nargs="+", required=True, help="policy specs, vs:SPEC / vsK:SPEC, run folders, pool:RUN"
     )
-    parser.add_argument("--tasks", type=int, default=50, help="tasks in the fixed task set (50)")
+    parser.add_argument(
+        "--tasks",
+        type=tasks_argument,
+        default=50,
+        help="tasks in the fixed task set (50), or all: every task of the split once",
+    )
     parser.add_argument("--trials", type=int, default=4, help="trials per task, M: pass^k for k = 1..M (4)")
     parser.add_argument("--split", default="test", help="the split tasks are drawn from (test)")
     parser.add_argument("--seed", type=int, default=0, help="picks the task set and seeds the episodes (0)")

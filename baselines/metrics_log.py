@@ -43,11 +43,15 @@ class MetricsLog:
                     project=wandb_project, mode=wandb_mode, config=config or {}, dir=str(output)
                 )
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: dict[str, Any], *, durable: bool = True) -> None:
+        """Appends a step's line. `durable` also forces it to disk: the trainer asks for that before
+        each checkpoint, so the lines a resume keeps survive a power cut like the checkpoint; lines
+        after it are dropped by a resume anyway, and forcing each one costs a disk flush a step."""
         with self.path.open("a") as handle:
             handle.write(json.dumps(record) + "\n")
             handle.flush()
-            os.fsync(handle.fileno())  # a step's line survives a power cut like its checkpoint
+            if durable:
+                os.fsync(handle.fileno())
         step = int(record["step"])
         numbers = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"}
         if self._tensorboard is not None:

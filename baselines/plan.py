@@ -20,8 +20,13 @@ The arithmetic follows how the trainer holds memory:
   or the gradients in the backward pass), for all positions or for one `logprob_chunk` of
   positions at a time (chunks recomputed in the backward pass).
 * The attention mask: transformers hands SDPA a boolean `[batch, 1, L, L]` mask when a batch is
-  padded (one tensor, shared by every layer): `micro_batch` x `max_model_len`^2 bytes in training,
-  `generation_batch` x `max_model_len`^2 at a generation's prefill.
+  padded (one tensor, shared by every layer; none for a micro-batch of one sample, which runs
+  causal). SDPA converts it to the query's dtype in every attention call, and the fused kernels
+  keep that copy for the backward pass: `micro_batch` x `max_model_len`^2 bytes, plus `dtype`
+  bytes per element for each layer (one layer with gradient checkpointing, the one recomputed).
+  A padded batch also makes transformers repeat the key and value heads to the query heads
+  (grouped-query SDPA only runs unmasked), so each layer keeps them at the query's width. At a
+  generation's prefill, `generation_batch` x `max_model_len`^2 bytes and one converted copy.
 * Sequences are capped at `max_model_len` tokens (prompt and generated turns) on every generation
   path, so that is the longest sample. A chat template that re-renders earlier turns (Qwen3 drops
   the reasoning of past turns) makes an episode one sample per turn instead of one: the memory of
@@ -109,7 +114,13 @@ class Architecture:
         return self.layers * 2 * self.kv_heads * self.head_dim * dtype_bytes
 
     def layer_activation_bytes(
-        self, dtype_bytes: int, *, frozen: bool = False, lora_rank: int = 0, lora_targets: tuple[str, ...] = ()
+        self,
+        dtype_bytes: int,
+        *,
+        frozen: bool = False,
+        lora_rank: int = 0,
+        lora_targets: tuple[str, ...] = (),
+        padded: bool = False,
     ) -> int:
         """Bytes one decoder layer keeps for its backward pass, per token, counted tensor by tensor
         (as Korthikanti et al. count a GPT layer) for transformers' Llama/Qwen layers with fused
@@ -124,14 +135,17 @@ class Architecture:
         layer keeps its input: all of them in full fine-tuning, only the LoRA-adapted ones on a
         frozen base (through the adapter, which also keeps its rank-r hidden state). Autocast casts
         the input of every linear layer separately, so each keeps a copy of its own; in float32,
-        q/k/v share one input and gate/up another."""
+        q/k/v share one input and gate/up another. In a `padded` batch (an attention mask)
+        transformers repeats the key and value heads to the query heads before SDPA, and the
+        kernel keeps the repeated ones."""
         h, q, kv, i, d = self.hidden_size, self.query_size, self.kv_size, self.intermediate_size, dtype_bytes
         autocast = d < FLOAT32
         norms = 2 * FLOAT32 * (h + 1) + (0 if frozen else 2 * (FLOAT32 if autocast else d) * h)
         head_norms = 0
         if self.qk_norm:
             head_norms = FLOAT32 * (q + kv + self.heads + self.kv_heads) + (0 if frozen else d * (q + kv))
-        attention = d * (q + 2 * kv) + d * q + FLOAT32 * self.heads
+        keys_kept = q if padded else kv
+        attention = d * (q + 2 * keys_kept) + d * q + FLOAT32 * self.heads
         mlp = 3 * d * i
         trained = LINEAR_MODULES if not frozen else lora_targets
         inputs_of = {"q_proj": h, "k_proj": h, "v_proj": h, "o_proj": 0, "gate_proj": h, "up_proj": h, "down_proj": i}
@@ -345,7 +359,8 @@ def plan(config: TrainConfig) -> Plan:
     tokens = config.micro_batch * config.max_model_len
     rank, adapted = (int(config.lora.get("r", 8)), lora_targets(config.lora)) if config.lora else (0, ())
     frozen = bool(config.lora)
-    layer = biggest.layer_activation_bytes(dtype, frozen=frozen, lora_rank=rank, lora_targets=adapted)
+    padded = config.micro_batch > 1  # one sample has no padding: transformers passes no mask
+    layer = biggest.layer_activation_bytes(dtype, frozen=frozen, lora_rank=rank, lora_targets=adapted, padded=padded)
     if config.gradient_checkpointing:  # each layer's input, and one layer recomputed at a time
         activations = tokens * (biggest.checkpointed_bytes(dtype, frozen=frozen) + layer)
     else:
@@ -357,13 +372,16 @@ def plan(config: TrainConfig) -> Plan:
         activations += tokens * dtype * dropped * (1 if config.gradient_checkpointing else biggest.layers)
     positions = min(config.logprob_chunk or config.max_model_len, config.max_model_len)
     logits = config.micro_batch * positions * biggest.vocab_size * (dtype + 3 * FLOAT32)
-    mask = config.micro_batch * config.max_model_len**2
+    mask = 0
+    if padded:  # the boolean mask, and SDPA's `dtype` copy of it that each attention call keeps
+        kept_copies = 1 if config.gradient_checkpointing else biggest.layers
+        mask = config.micro_batch * config.max_model_len**2 * (1 + dtype * kept_copies)
     if config.generation_engine == "vllm":
         generation = int(config.vllm_gpu_memory_utilization * config.gpu_memory_gb * GB)
     else:
         prompts_tokens = config.generation_batch * config.max_model_len
         prefill = prompts_tokens * dtype * (biggest.hidden_size + 3 * biggest.intermediate_size)
-        prefill_mask = config.generation_batch * config.max_model_len**2
+        prefill_mask = config.generation_batch * config.max_model_len**2 * (1 + dtype)  # and one converted copy
         generation = prompts_tokens * biggest.kv_bytes_per_token(dtype) + prefill + prefill_mask
     if config.gpus > 1:
         notes.append(f"the trainer is one process on one device: {config.gpus - 1} of {config.gpus} GPUs stay idle")
@@ -389,20 +407,29 @@ def plan(config: TrainConfig) -> Plan:
 def template_samples(config: TrainConfig) -> str:
     """The training samples of one episode of the trained side: "1" when its chat template
     extends each prompt with the next turn, "up to N" (the env's `max_turns`) when it re-renders
-    earlier turns, "unknown" when the tokenizer cannot be read offline."""
+    earlier turns; when the tokenizer cannot be read (not in the local cache: only its config is
+    known offline), the two bounds, which the memory terms do not depend on."""
     from baselines.traces import template_rerenders
+    from scope_envs.core.registration import find_env
+
+    def most() -> str:
+        try:  # the env's own limit; building it may need data or extras that planning does not
+            return str(find_env(config.env).make(**config.env_kwargs).max_turns)
+        except (OSError, ImportError) as error:
+            return f"the env's max_turns (not read: {type(error).__name__})"
 
     try:
         tokenizer = _tokenizer(config.policy)
     except (OSError, ValueError, KeyError):
-        return "unknown (no tokenizer offline)"
+        return (
+            f"1, or up to {most()} if its chat template re-renders earlier turns (the tokenizer is not "
+            "available offline to tell; memory is the same either way)"
+        )
     if getattr(tokenizer, "chat_template", None) is None:
         return "unknown (the tokenizer has no chat template)"
     if not template_rerenders(tokenizer):
         return "1"
-    from scope_envs.core.registration import find_env
-
-    return f"up to {find_env(config.env).make(**config.env_kwargs).max_turns}"
+    return f"up to {most()}"
 
 
 def _tokenizer(spec: str) -> Any:
@@ -489,7 +516,7 @@ def format_plan(result: Plan) -> str:
         row("optimizer", result.optimizer, "AdamW, float32"),
         row("activations", result.activations),
         row("logits", result.logits, "at their peak"),
-        row("mask", result.mask, f"{config.micro_batch} x {config.max_model_len}^2, boolean"),
+        row("mask", result.mask, _mask_detail(config, result)),
         generation,
         row("pool", result.pool),
         row("total", result.total),
@@ -503,6 +530,16 @@ def format_plan(result: Plan) -> str:
         lines.append(f"verdict: does not fit, {-result.headroom / GB:.1f} GB over")
         lines.append("hint: set " + "; ".join(hints(config)))
     return "\n".join(lines)
+
+
+def _mask_detail(config: TrainConfig, result: Plan) -> str:
+    if not result.mask:
+        return "none: a micro-batch of one sample is not padded"
+    copies = 1 if config.gradient_checkpointing else max(a.layers for a in result.architectures.values())
+    return (
+        f"{config.micro_batch} x {config.max_model_len}^2, boolean, and {copies} {config.dtype} "
+        f"cop{'y' if copies == 1 else 'ies'} kept by SDPA"
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

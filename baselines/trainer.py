@@ -92,6 +92,8 @@ class Trainer:
         self.output.mkdir(parents=True, exist_ok=True)
         self.folder = Run(self.output, config)  # the run folder this trainer writes
         torch.manual_seed(config.seed)
+        if config.cpu_threads > 0 and not torch.cuda.is_available():
+            torch.set_num_threads(config.cpu_threads)
         self.env_info = find_env(config.env)
         self.probe = self.make_env()
         # a benchmark's own rollout steps all its groups as arrays: every rank replays it whole
@@ -423,12 +425,12 @@ class Trainer:
                 raise NoIntactCheckpoint(f"rank {self.data_parallel.rank}: {directory.name} {problem}")
         self.method.following(self)
         while self.step < self.config.steps:
-            record = self.advance(lambda record: None)
+            record = self.advance(lambda record, durable: None)
             if on_step is not None:
                 on_step(record)
         return []
 
-    def advance(self, write: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    def advance(self, write: Callable[..., None]) -> dict[str, Any]:
         """One training step, then what is due after it (a pool snapshot, evaluation, its metrics
         line through `write`, a checkpoint)."""
         record = self.train_step(self.step)
@@ -444,7 +446,7 @@ class Trainer:
             record["disk_mb"] = disk_megabytes(self.output)
         # Metrics before the checkpoint: a crash in between replays this step (resume drops metrics
         # past the checkpoint) instead of losing its line.
-        write(record)
+        write(record, durable=checkpoint)
         if checkpoint:
             self.save()
         return record

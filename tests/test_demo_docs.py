@@ -74,7 +74,7 @@ def test_the_shipped_demo_report_agrees_with_its_summary():
 
 @pytest.mark.slow
 def test_a_fresh_demo_run_reproduces_the_shipped_report(tmp_path):
-    """`scope demo` with its defaults (about 3 minutes on 2 cores), compared with docs/demo/."""
+    """`scope demo` with its defaults (about 90 s on 2 cores), compared with docs/demo/."""
     pytest.importorskip("torch")
     out = tmp_path / "demo"
     subprocess.run([sys.executable, "-m", "baselines.cli", "demo", "--out", str(out)], check=True, cwd=ROOT)

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 from helpdesk_env import STOP, HelpdeskEnv
@@ -206,3 +207,28 @@ def test_render_shows_the_whole_transcript():
     ]
     with pytest.raises(ValueError, match="render_mode"):
         HelpdeskEnv(render_mode="rgb_array")
+
+
+@pytest.mark.parametrize("name", ["P4G", "PersuasionActs", "PersuasionActs-v1", "Tau2Retail", "CooperBench"])
+def test_pick_scenario_draws_what_reset_starts(name):
+    """Rollouts choose each group's scenario with `pick_scenario` (no views, observations or infos):
+    it must draw exactly what `reset` with the same seed and options starts, or a rollout would
+    play other scenarios than the env's own reset."""
+    from scope_envs.core.registration import find_env
+
+    if name.startswith("Tau2"):
+        pytest.importorskip("tau2")
+    kwargs = {}
+    if name == "CooperBench":
+        kwargs["data_dir"] = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cooperbench"
+        if not kwargs["data_dir"].is_dir():
+            pytest.skip("the CooperBench tasks are not beside the repository")
+    env = find_env(name).make(**kwargs)
+    for seed in range(6):
+        for split in ("train", "test"):
+            picked = env.pick_scenario(seed, {"split": split}).scenario_id
+            env.reset(seed=seed, options={"split": split})
+            assert picked == env.scenario.scenario_id, (seed, split)
+    with pytest.raises(ValueError, match="no-such-task"):
+        env.pick_scenario(0, {"task_id": "no-such-task"})
+    env.close()

@@ -10,9 +10,18 @@ pytest.importorskip("torch")
 
 from baselines.cli import main
 from baselines.config import TrainConfig
-from baselines.evaluate import CellResult, EvalSettings, evaluate, summarize
+from baselines.evaluate import (
+    CellResult,
+    EvalSettings,
+    build_agent,
+    build_simulators,
+    evaluate,
+    run_cells,
+    summarize,
+)
 from baselines.stats import pass_hat_k
 from baselines.trainer import Trainer
+from scope_envs.core.registration import find_env
 
 ENV = "PersuasionActs"
 SETTINGS = EvalSettings(ENV, tasks=12, trials=3)
@@ -194,3 +203,16 @@ def test_flip_rate_and_minimum_detectable_difference_on_hand_built_cells():
     differences = per_task_a - np.array([1, 1 / 3, 0, 0])
     assert summary["comparisons"][0]["mde"] == pytest.approx(z * differences.std(ddof=1) / 2)
     assert (summary["alpha"], summary["power"], summary["tasks"], summary["trials"]) == (0.05, 0.8, 4, 3)
+
+
+def test_all_tasks_plays_every_task_of_the_split_once(tmp_path):
+    """`--tasks all` (a leaderboard's configuration): each task of the split once, `trials` episodes each."""
+    pytest.importorskip("tau2")
+    settings = EvalSettings("Tau2Airline", tasks="all", trials=2, split="test")
+    env = find_env("Tau2Airline").make()
+    players = [build_agent("scripted", env)], [build_simulators("scripted", env)[0]]
+    (result,) = run_cells(settings, *players, tmp_path, progress=False)
+    assert [scenario.removeprefix("airline/") for scenario in result.scenario_ids] == env.task_ids("test")
+    assert len(result.successes) == 20 and all(trials == [1.0, 1.0] for trials in result.successes)
+    with pytest.raises(ValueError, match="at least 1 or 'all'"):
+        EvalSettings(ENV, tasks="some").validate()

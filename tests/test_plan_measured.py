@@ -1,9 +1,10 @@
 """`scope plan` against what the tiny model and SmolLM2-135M really hold, term by term (weights,
-pool, activations, logits, the attention mask), within 10%: LoRA on a bfloat16 base, as the
-shipped configs train."""
+pool, activations, logits, the attention mask), within 10%: LoRA on a bfloat16 base and a padded
+micro-batch, as the shipped configs train."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from memory_helpers import peak_bytes  # noqa: E402
+from memory_helpers import peak_bytes, saved_activations  # noqa: E402
 
 from baselines.config import load_config  # noqa: E402
 from baselines.plan import plan  # noqa: E402
@@ -85,31 +86,28 @@ def test_pool_is_what_its_snapshots_load(planned_and_policy, tmp_path: Path):
     assert within_ten_percent(planned.pool, min(config.pool_size, config.groups_per_step) * loaded)
 
 
-def test_activations_are_what_autograd_keeps(planned_and_policy, request):
-    planned, policy, config = planned_and_policy
-    if config.policy == "smollm2":  # measured: 115.5 MB kept, the plan says 156.2 MB
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="the plan over-counts a bfloat16 base's LoRA activations for SmolLM2's shapes by about 35% "
-                "(per-module input copies and the MLP's down_proj input that a bfloat16 residual stream shares)",
-            )
-        )
-    params = {p.untyped_storage().data_ptr() for p in policy.model.parameters()}
-    weight_shapes = {tuple(p.shape) for p in policy.model.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(tensor):
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in params and tuple(tensor.shape) not in weight_shapes:
-            saved[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    ids, _ = padded_batch(policy.model.config.vocab_size)
+def kept_by_the_training_forward(policy) -> dict[int, tuple[int, tuple[int, ...]]]:
+    """What autograd keeps from the decoder's forward on a padded batch, as the trainer runs it
+    (attention mask passed, compute under bfloat16 autocast)."""
+    ids, attention = padded_batch(policy.model.config.vocab_size)
     body = policy.model.get_base_model().model
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast("cpu", dtype=torch.bfloat16):
-        body(input_ids=ids, use_cache=False)
-    assert within_ten_percent(planned.activations, sum(saved.values()))
+
+    def forward():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            body(input_ids=ids, attention_mask=attention, use_cache=False)
+
+    return saved_activations(policy.model, forward)
+
+
+def is_mask(shape: tuple[int, ...]) -> bool:
+    return shape == (BATCH, 1, LENGTH, LENGTH)
+
+
+def test_activations_are_what_autograd_keeps(planned_and_policy):
+    planned, policy, _ = planned_and_policy
+    kept = kept_by_the_training_forward(policy)
+    activations = sum(size for size, shape in kept.values() if not is_mask(shape))
+    assert within_ten_percent(planned.activations, activations)
 
 
 def test_logits_at_their_peak(planned_and_policy):
@@ -125,10 +123,13 @@ def test_logits_at_their_peak(planned_and_policy):
     assert within_ten_percent(planned.logits, peak_bytes(forward_and_backward))
 
 
-def test_the_attention_mask_transformers_hands_sdpa(planned_and_policy, monkeypatch):
-    planned, policy, _ = planned_and_policy
+def test_the_attention_mask_transformers_hands_sdpa_and_the_copies_it_keeps(planned_and_policy, monkeypatch):
+    planned, policy, config = planned_and_policy
     import transformers.integrations.sdpa_attention as sdpa
 
+    # SDPA converts the mask to the query's dtype in each call, and keeps that copy for the backward pass
+    copies = [size for size, shape in kept_by_the_training_forward(policy).values() if is_mask(shape)]
+    assert len(copies) == policy.model.config.num_hidden_layers
     masks = {}
     original = sdpa.torch.nn.functional.scaled_dot_product_attention
 
@@ -142,8 +143,14 @@ def test_the_attention_mask_transformers_hands_sdpa(planned_and_policy, monkeypa
     ids, attention = padded_batch(policy.model.config.vocab_size)
     with torch.no_grad():
         policy.model(input_ids=ids, attention_mask=attention, use_cache=False)
-    assert len(masks) == 1  # one mask, shared by every layer
-    assert within_ten_percent(planned.mask, sum(masks.values()))
+    assert len(masks) == 1  # one boolean mask, shared by every layer
+    assert within_ten_percent(planned.mask, sum(masks.values()) + sum(copies))
+    # one sample is never padded: transformers hands SDPA no mask, and the plan counts none
+    masks.clear()
+    with torch.no_grad():
+        policy.model(input_ids=ids[:1], attention_mask=attention[:1], use_cache=False)
+    assert not masks
+    assert plan(dataclasses.replace(config, micro_batch=1)).mask == 0
 
 
 def test_the_plan_states_its_sequence_cap(planned_and_policy):

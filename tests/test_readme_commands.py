@@ -20,17 +20,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
+DR_GRPO_FOLDER = "output_dir=runs/p4g_dr_grpo"
 # (doc, command, the install the doc names for it, seconds the doc states or implies, stdin)
 COMMANDS = [
-    ("README.md", "scope demo", "demo", 300, None),  # "about four minutes": 212-234 s measured
+    ("README.md", "scope demo", "demo", 180, None),  # "about a minute and a half": 93 s measured
     ("README.md", "scope demo --help", "demo", 30, None),
     ("README.md", "scope envs", "demo", 30, None),
     ("README.md", "scope play P4G --episodes 2", "demo", 60, None),
     ("README.md", "scope play PersuasionActs --episodes 2", "demo", 60, None),
-    ("README.md", "scope diagnose --env P4G --simulator scripted --simulator smollm2 --vs", "hf+smollm2", 120, None),
+    ("README.md", "scope diagnose --env P4G --simulator scripted --simulator smollm2 --vs", "hf+smollm2", 300, None),
     ("README.md", "scope train p4g_tiny", "hf", 60, None),
     ("README.md", "scope play Tau2Retail --human agent --opponent scripted", "tau2", 60, "hello\n/quit\n"),
-    ("docs/training.md", "scope train p4g_tiny steps=20 advantage=dr_grpo", "hf", 120, None),
+    ("docs/training.md", f"scope train p4g_tiny steps=20 advantage=dr_grpo {DR_GRPO_FOLDER}", "hf", 120, None),
     ("docs/training.md", "scope eval runs/p4g_tiny/config.yaml", "hf", 60, None),
 ]
 SERVED = ("README.md", 'scope serve --opponent scripted --opponent "vs:openai:gpt-5-mini"', "web", 60)

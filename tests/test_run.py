@@ -105,6 +105,21 @@ def test_a_rollout_worker_keeps_each_conversation_with_its_vs_candidates(tmp_pat
         assert episode.messages[USER][0]["role"] == "system"
 
 
+@pytest.mark.parametrize("observe", [False, True])
+def test_a_rollout_worker_plays_the_task_a_group_names(tmp_path, observe):
+    """A group's `task_id` survives the worker's (and the observer's) re-made groups."""
+    from baselines.distributed.rollout_worker import RolloutWorker
+    from scope_envs.core.specs import make_policy
+
+    corpus = one_dialogue_corpus(tmp_path / "corpus")
+    worker = RolloutWorker("P4G", {"persona_source": str(corpus), "exchanges": 1}, observe=observe)
+    env = worker.make_env()
+    task = env.task_ids("test")[0]  # not the training split's one dialogue, which the seed would pick
+    players = {side: make_policy("scripted", env=env, side=side) for side in (AGENT, USER)}
+    episodes = worker.play_groups([RolloutGroup(3, players, task)], [0], group_size=1, split="train", key=(0,))
+    assert [episode.scenario_id for episode in episodes] == [task]
+
+
 def test_an_unknown_rollout_mode_names_the_choices(tmp_path):
     from baselines.config import load_config
     from baselines.distributed.rollout_worker import RolloutWorker

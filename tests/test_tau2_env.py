@@ -46,7 +46,7 @@ def test_prompts_tools_and_greeting_are_tau2s():
     assert infos["agent"]["to_speak"] == "user" and infos["user"]["tools"] == []
     reference = env.domain.environment(env.domain.fork_db())
     assert [tool_name(t) for t in infos["agent"]["tools"]] == [t.name for t in reference.get_tools()]
-    assert infos["agent"]["scenario"] == {"domain": "retail", "task_id": "1", "split": "train"}
+    assert infos["agent"]["scenario"] == {"domain": "retail", "task_id": "1", "split": "train", "task_set": "tau2"}
 
 
 def test_prompts_equal_those_tau2_builds(monkeypatch):

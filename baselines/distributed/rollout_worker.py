@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from baselines.episodes import observed
@@ -68,8 +68,7 @@ class RolloutWorker:
         """The episodes of `groups[i]` for i in `indices`, played as one rollout whose key is
         `(*key, indices[0])`; each episode's `group` is its index in `groups`."""
         mine = [
-            RolloutGroup(groups[i].seed, {side: self.player(p) for side, p in groups[i].players.items()})
-            for i in indices
+            replace(groups[i], players={side: self.player(p) for side, p in groups[i].players.items()}) for i in indices
         ]
         episodes = self.play(self.make_env, mine, group_size=group_size, split=split, key=(*key, indices[0]))
         for episode in episodes:

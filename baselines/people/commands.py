@@ -182,7 +182,7 @@ def check_envs(settings: object) -> list[str]:
             warnings.simplefilter("always")
             try:
                 env = find_env(name).make(**settings.env_kwargs.get(name, {}))
-                fallbacks = list(getattr(env, "data_notes", []))  # said once per process in the log, so asked here
+                fallbacks = list(env.data_notes)
                 env.close()
             except Exception as error:
                 if settings.envs is not None:

@@ -138,6 +138,10 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
     }
     # Import paths ("module:Class") of the rule-based policies that `"scripted"` builds, per side.
     scripted_policies: ClassVar[dict[str, str]] = {}
+    # What this instance's data fell back to or left out (e.g. synthetic personas where a corpus was
+    # not found), one line each, for whoever offers the env to people; a log line is said once per
+    # process, so a server asks each env it builds.
+    data_notes: Sequence[str] = ()
 
     def __init__(
         self,
@@ -232,18 +236,23 @@ class DialogueEnv(ParallelEnv[str, str, Any]):
             self._np_random, self._np_random_seed = seeding.np_random()
         return self._np_random
 
-    def reset(
-        self, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    def pick_scenario(self, seed: int | None = None, options: dict[str, Any] | None = None) -> Scenario:
+        """The scenario `reset(seed, options)` starts, drawn the same way, without starting it (no
+        views, observations or infos): what a rollout that plays many episodes of it needs."""
         if seed is not None:
             self._np_random, self._np_random_seed = seeding.np_random(seed)
         options = self._checked_options(options)
         try:
-            scenario = self.load_scenario(self.np_random, options)
+            return self.load_scenario(self.np_random, options)
         except (KeyError, IndexError) as error:  # a lookup of what the options named
             raise ValueError(
                 f"{type(self).__name__}.reset: no scenario for options {options!r} ({type(error).__name__}: {error})"
             ) from error
+
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+        scenario = self.pick_scenario(seed, options)
         self.scenario = scenario
         self.agents = list(SIDES)
         self.views = {side: [Message("system", scenario.system_prompts.get(side, ""))] for side in SIDES}

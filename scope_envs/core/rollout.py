@@ -86,22 +86,25 @@ class Episode:
 
 @dataclass(frozen=True)
 class RolloutGroup:
-    """`seed` picks the group's scenario and seeds its episodes; `players` maps each side to its policy."""
+    """`seed` seeds the group's episodes and, unless `task_id` names it, picks its scenario;
+    `players` maps each side to its policy."""
 
     seed: int
     players: Mapping[str, Any]
+    task_id: str | None = None
 
 
 Rollout = Callable[..., list[Episode]]
 
 
 def scenarios_of(env: DialogueEnv, groups: Sequence[RolloutGroup], split: str) -> list[str]:
-    """The scenario of each group: the one the env's own `reset` picks from the group's seed."""
-    ids = []
-    for group in groups:
-        env.reset(seed=group.seed, options={"split": split})
-        ids.append(env.chat_infos[SIDES[0]]["scenario_id"])
-    return ids
+    """The scenario of each group: its task, or the one the env's own `reset` picks from its seed."""
+    return [
+        env.pick_scenario(
+            group.seed, {"split": split} if group.task_id is None else {"task_id": group.task_id}
+        ).scenario_id
+        for group in groups
+    ]
 
 
 def collect_chat(

@@ -10,6 +10,7 @@ amount is clipped to the $0-$2 payment.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 
@@ -176,6 +177,7 @@ def _clause_donation(clause: str) -> float | None:
     return None
 
 
+@functools.lru_cache(maxsize=1 << 14)  # pure; every turn re-reads the conversation's earlier messages
 def parse_donation(text: str) -> float | None:
     """The donation stated in one message, in dollars clipped to [0, 2], or None if none is stated."""
     markers = _MARKER.findall(text)

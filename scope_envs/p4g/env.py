@@ -60,6 +60,19 @@ def _synthetic_pairs() -> tuple[PersonaPair, ...]:
     return tuple(synthetic_pairs())
 
 
+_INDEXES: dict[int, tuple[tuple[PersonaPair, ...], dict[str, PersonaPair], dict[str, tuple[PersonaPair, ...]]]] = {}
+
+
+def _index(pairs: tuple[PersonaPair, ...]) -> tuple[dict[str, PersonaPair], dict[str, tuple[PersonaPair, ...]]]:
+    """The pairs by id and by split, built once per loaded set (the loaders cache their tuples, so every
+    env of a run shares one; personas hold dicts, so the set is keyed by identity and held here)."""
+    held = _INDEXES.get(id(pairs))
+    if held is None or held[0] is not pairs:
+        by_split = {split: tuple(p for p in pairs if p.split == split) for split in ("train", "test")}
+        held = _INDEXES[id(pairs)] = (pairs, {pair.dialogue_id: pair for pair in pairs}, by_split)
+    return held[1], held[2]
+
+
 def load_persona_pairs(
     persona_source: str | os.PathLike[str] = "auto", *, include_flagged: bool = False, download: bool = False
 ) -> tuple[tuple[PersonaPair, ...], str]:
@@ -121,8 +134,7 @@ class P4GEnv(DialogueEnv):
         )
         # What the env fell back from, for whoever offers it to people (`scope serve` says it at startup).
         self.data_notes = [SYNTHETIC_NOTE] if self.persona_source == "synthetic" and persona_source == "auto" else []
-        self._by_id = {pair.dialogue_id: pair for pair in self.pairs}
-        self._by_split = {split: [p for p in self.pairs if p.split == split] for split in ("train", "test")}
+        self._by_id, self._by_split = _index(self.pairs)
 
     def task_ids(self, split: str = "train") -> list[str]:
         """The dialogue ids of a split (`"train"` or `"test"`), in a stable order."""

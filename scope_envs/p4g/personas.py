@@ -10,6 +10,7 @@ same in every version and on every machine: 20% of dialogues are `test`, the res
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -99,9 +100,14 @@ class Persona:
 
 def parse_persona_block(text: str) -> dict[str, float | str]:
     """The traits written in a `<persona>` block (the inverse of `Persona.render`); {} if there is none."""
+    return dict(_persona_block_traits(text))
+
+
+@functools.lru_cache(maxsize=1 << 12)  # a scripted persuadee reads its own system prompt every turn
+def _persona_block_traits(text: str) -> tuple[tuple[str, float | str], ...]:
     start, end = text.find("<persona>"), text.find("</persona>")
     if start < 0 or end < start:
-        return {}
+        return ()
     by_label = {t.label: t for t in DEMOGRAPHICS}
     by_scale = {title: {t.label: t for t in traits} for title, traits in SCALES}
     traits: dict[str, float | str] = {}
@@ -118,7 +124,7 @@ def parse_persona_block(text: str) -> dict[str, float | str]:
             if label in by_label:
                 name = by_label[label].name
                 traits[name] = value if name in CATEGORICAL else float(value)
-    return traits
+    return tuple(traits.items())
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,7 @@ class PersonaPair:
         return split_of(self.dialogue_id)
 
 
+@functools.lru_cache(maxsize=1 << 16)  # every env built asks for every id's split
 def split_of(dialogue_id: str) -> str:
     """`"test"` for a stable 20% of dialogue ids, else `"train"`."""
     bucket = int.from_bytes(hashlib.sha256(dialogue_id.encode("utf-8")).digest()[:8], "big") / 2**64

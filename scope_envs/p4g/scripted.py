@@ -5,6 +5,7 @@ prompt, the conversation so far), hold no state, and are deterministic given the
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -92,9 +93,10 @@ def strategy_weight(strategy: str, traits: dict[str, Any]) -> float:
     return max(0.0, 1.0 + 0.5 * affinity)
 
 
-def detect_strategies(text: str) -> set[str]:
+@functools.lru_cache(maxsize=1 << 14)  # pure; every turn re-reads what was heard before
+def detect_strategies(text: str) -> frozenset[str]:
     lowered = text.lower()
-    return {name for name, cues in STRATEGY_CUES.items() if any(cue in lowered for cue in cues)}
+    return frozenset(name for name, cues in STRATEGY_CUES.items() if any(cue in lowered for cue in cues))
 
 
 class ScriptedPersuadee(ScriptedSimulator):

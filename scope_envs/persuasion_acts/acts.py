@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 PERSUADER_ACTS: tuple[str, ...] = (
     "greeting",
     "logical-appeal",
@@ -30,6 +32,7 @@ PERSUADER_ACTS: tuple[str, ...] = (
 STRATEGIES = PERSUADER_ACTS[1:11]
 PROPOSITION, ASK_AMOUNT, CLOSING = (PERSUADER_ACTS.index(a) for a in PERSUADER_ACTS[-3:])
 REQUESTS = (PROPOSITION, ASK_AMOUNT)  # the acts a donation decision answers
+IS_REQUEST = np.isin(np.arange(len(PERSUADER_ACTS)), REQUESTS)  # by act, as a table (np.isin is slow per turn)
 
 AMOUNTS: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)  # the stated-amount bins, by their upper edge
 PERSUADEE_ACTS: tuple[str, ...] = (

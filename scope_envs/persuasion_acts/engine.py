@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scope_envs.persuasion_acts.acts import AMOUNTS, CLOSING, DISAGREE, FIRST_AMOUNT, REQUESTS
+from scope_envs.persuasion_acts.acts import AMOUNTS, CLOSING, DISAGREE, FIRST_AMOUNT, IS_REQUEST
 from scope_envs.persuasion_acts.model import (
     AGENT_FEATURES,
     HORIZON,
@@ -102,7 +102,7 @@ class ActsBatch:
         state = (act, repeats, self.positive[rows], self.negative[rows], heard_at)
         if self.rules.version == 0:
             return user_features(*state, self.personas[rows]), reply_mask(act)
-        requests_before = self.requests[rows] - np.isin(act, REQUESTS)
+        requests_before = self.requests[rows] - IS_REQUEST[act]
         return user_features_v1(*state, requests_before, self.personas[rows]), reply_mask(act)
 
     # ---- dynamics -------------------------------------------------------------------------------
@@ -116,7 +116,7 @@ class ActsBatch:
         self.last_agent[index] = acts
         self.used[index, acts] += 1
         self.exchange[index] += 1
-        self.requests[index] += np.isin(acts, REQUESTS)
+        self.requests[index] += IS_REQUEST[acts]
         closing = acts == CLOSING
         self._end(index[closing], "persuader_closed")
         over_limit = np.zeros(len(index), bool)

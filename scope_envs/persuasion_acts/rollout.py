@@ -55,7 +55,9 @@ def collect(
                     )
                 if before_turn is not None:
                     before_turn()
-                index = pending[np.isin(group_of[pending], played)]
+                chosen = np.zeros(len(groups), bool)
+                chosen[played] = True
+                index = pending[chosen[group_of[pending]]]
                 if side == AGENT:
                     features = batch.agent_features(index)
                     allowed = np.ones((len(index), env.action_space(AGENT).n), bool)

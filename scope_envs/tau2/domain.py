@@ -2,20 +2,29 @@
 
 `load_domain("retail")` builds tau2's own environment once and keeps its database as the shared,
 never-modified base of every episode; episodes run tau2's tools on copy-on-write forks of it
-(`scope_envs.tau2.cow`). Tasks and splits are tau2's `tasks.json` and `split_tasks.json`.
+(`scope_envs.tau2.cow`). Splits are tau2's `split_tasks.json`. The tasks are one of two task sets,
+both read by tau2's own loader (`load_file`, `Task.model_validate`): `"tau2"`, the `tasks.json` of
+the installed package (before tau3's corrections), and `"tau3"`, tau2-bench's τ³ 1.0.0 tasks
+(`data/tau3/`, their source and license in its README). Both task sets of a domain share one
+database, policy and tool set.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from scope_envs.core.extras import MissingExtraError, install_command, needs_extra
 from scope_envs.tau2 import cow
 
 DOMAINS = ("retail", "airline")
+TASK_SETS = ("tau2", "tau3")
+DEFAULT_TASK_SET = "tau2"
+TAU3_TASKS = Path(__file__).with_name("data") / "tau3"
 INSTALL_HINT = install_command("tau2")
 
 
@@ -51,6 +60,7 @@ class Tau2Domain:
     tool_schemas: tuple[dict[str, Any], ...]
     tool_types: dict[str, str]
     tables: tuple[str, ...]
+    task_set: str = "tau2"
     _base_json: dict[tuple[str, str], str | None] = field(default_factory=dict, repr=False)
     _gold: dict[str, Any] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -89,17 +99,45 @@ class Tau2Domain:
         return self._base_json[cache_key]
 
 
-@cache
-def load_domain(name: str) -> Tau2Domain:
-    """The tau2 domain `name` ("retail" or "airline"), loaded from the installed tau2 package."""
+def load_domain(name: str, task_set: str = DEFAULT_TASK_SET) -> Tau2Domain:
+    """The tau2 domain `name` ("retail" or "airline") with the tasks of `task_set` ("tau2" or "tau3")."""
     if name not in DOMAINS:
         raise ValueError(f"tau2 domain must be one of {DOMAINS}, got {name!r}")
+    if task_set not in TASK_SETS:
+        raise ValueError(f"task_set must be one of {TASK_SETS}, got {task_set!r}")
+    return _with_task_set(name, task_set)
+
+
+@cache
+def _with_task_set(name: str, task_set: str) -> Tau2Domain:
+    installed = _installed(name)
+    if task_set == installed.task_set:
+        return installed
+    tasks = load_tasks(TAU3_TASKS / f"{name}_tasks.json")
+    if set(tasks) != set(installed.tasks):
+        raise ValueError(f"the {task_set} {name} tasks are not the installed domain's task ids")
+    # Its own gold states (keyed by task id) and lock; the base database and its serialisations are shared.
+    return dataclasses.replace(installed, task_set=task_set, tasks=tasks, _gold={}, _lock=threading.Lock())
+
+
+def load_tasks(path: str | Path) -> dict[str, Any]:
+    """A task file read as tau2's `get_tasks` reads its own: tau2's `load_file` and `Task.model_validate`."""
+    from tau2.data_model.tasks import Task
+    from tau2.utils import load_file
+
+    return {task.id: task for task in (Task.model_validate(raw) for raw in load_file(path))}
+
+
+@cache
+def _installed(name: str) -> Tau2Domain:
+    """The domain as the installed tau2 package defines it, with that package's own tasks."""
     require_tau2()
     import importlib
 
     module = importlib.import_module(f"tau2.domains.{name}.environment")
+    paths = importlib.import_module(f"tau2.domains.{name}.utils")
     reference = module.get_environment()
-    tasks = {task.id: task for task in module.get_tasks(None)}
+    tasks = load_tasks(getattr(paths, f"{name.upper()}_TASK_SET_PATH"))
     splits = {split: tuple(str(task_id) for task_id in ids) for split, ids in module.get_tasks_split().items()}
     tools = reference.get_tools()
     base_db = reference.tools.db
@@ -113,4 +151,5 @@ def load_domain(name: str) -> Tau2Domain:
         tool_schemas=tuple(tool.openai_schema for tool in tools),
         tool_types={tool.name: reference.tools.tool_type(tool.name).value for tool in tools},
         tables=cow.table_names(base_db),
+        task_set="tau2",
     )

@@ -32,7 +32,7 @@ from scope_envs.core.dialogue import (
 )
 from scope_envs.core.tools import ToolError
 from scope_envs.tau2.calculate import check_expression
-from scope_envs.tau2.domain import Tau2Domain, load_domain
+from scope_envs.tau2.domain import DEFAULT_TASK_SET, Tau2Domain, load_domain
 from scope_envs.tau2.prompts import (
     AGENT_STOP,
     TRANSFER_TOOL,
@@ -43,7 +43,7 @@ from scope_envs.tau2.prompts import (
     first_agent_message,
     user_system_prompt,
 )
-from scope_envs.tau2.reward import Evaluation, evaluate
+from scope_envs.tau2.reward import Evaluation, evaluate, judged_in_reward
 from scope_envs.tau2.trajectory import to_tau2_messages
 
 USER_END_TOKENS = ((USER_STOP, "user_stop"), (USER_TRANSFER, "user_transfer"), (USER_OUT_OF_SCOPE, "user_out_of_scope"))
@@ -63,6 +63,7 @@ class Tau2Env(DialogueEnv):
         self,
         *,
         domain: str | None = None,
+        task_set: str = DEFAULT_TASK_SET,
         split: str = "train",
         user_reward: str = "cooperative",
         nl_judge: Any = None,
@@ -77,7 +78,7 @@ class Tau2Env(DialogueEnv):
         kwargs.setdefault("max_turns", 30)
         kwargs.setdefault("max_errors", 10)
         super().__init__(**kwargs)
-        self.domain: Tau2Domain = load_domain(domain)  # raises naming the `tau2` extra
+        self.domain: Tau2Domain = load_domain(domain, task_set)  # raises naming the `tau2` extra
         self.domain.split(split)
         self.split = split
         self.user_reward = user_reward
@@ -119,13 +120,11 @@ class Tau2Env(DialogueEnv):
             raise ValueError(
                 f"tau2 task {task.id} starts from an initial state, which no retail or airline task uses; not supported"
             )
-        criteria = task.evaluation_criteria
-        if (
-            criteria is not None
-            and self.nl_judge is None
-            and "NL_ASSERTION" in {b.value for b in criteria.reward_basis}
-        ):
-            raise ValueError(f"tau2 task {task.id} scores NL assertions: pass nl_judge= (a chat policy) to the env")
+        if self.nl_judge is None and judged_in_reward(task):
+            raise ValueError(
+                f"tau2 {self.domain.task_set} task {task.id} scores NL assertions: "
+                "pass nl_judge= (a chat policy) to the env"
+            )
         self.task = task
         self.db = self.domain.fork_db()
         self.environment = self.domain.environment(self.db)
@@ -140,7 +139,7 @@ class Tau2Env(DialogueEnv):
             first_speaker=AGENT,
             opening=((AGENT, first_agent_message()),),
             data={"task": task},
-            metadata={"domain": self.domain.name, "task_id": task.id, "split": split},
+            metadata={"domain": self.domain.name, "task_id": task.id, "split": split, "task_set": self.domain.task_set},
         )
 
     # ---- tools and turns ----------------------------------------------------------------------

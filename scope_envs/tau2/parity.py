@@ -22,6 +22,7 @@ from typing import Any
 from scope_envs.core.dialogue import AGENT, USER
 from scope_envs.tau2.domain import Tau2Domain
 from scope_envs.tau2.prompts import AGENT_STOP, TRANSFER_TOOL, USER_STOP
+from scope_envs.tau2.reward import reward_basis
 
 # How this env's end reasons map onto tau2's termination reasons (any other reason is not a stop).
 TERMINATIONS = {
@@ -56,11 +57,17 @@ class ParityCase:
     ending: str = "user_stop"
 
 
-def reference_reward(env: Any) -> Any:
-    """tau2's own `RewardInfo` for the env's finished episode (imports tau2's full evaluator)."""
+def reference_reward(env: Any, judge_llm: str | None = None, **judge_args: Any) -> Any:
+    """tau2's own `RewardInfo` for the env's finished episode (imports tau2's full evaluator).
+
+    A task whose reward basis names NL assertions is evaluated as tau2's batch runner does
+    (`EvaluationType.ALL_WITH_NL_ASSERTIONS`), by tau2's judge: its fixed model, or `judge_llm`
+    (a litellm model name) called with `judge_args` (such as `api_base`) for this call only.
+    """
     # tau2's evaluator imports litellm, which otherwise tries to download a model price list.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from tau2.data_model.simulation import SimulationRun, TerminationReason
+    from tau2.evaluator import evaluator_nl_assertions as nl
     from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
 
     if env.end is None:
@@ -76,7 +83,15 @@ def reference_reward(env: Any) -> Any:
         termination_reason=TerminationReason(termination),
         messages=env.tau2_messages(),
     )
-    return evaluate_simulation(run, env.task, EvaluationType.ALL, solo_mode=False, domain=env.domain.name)
+    judged = "NL_ASSERTION" in reward_basis(env.task)
+    evaluation = EvaluationType.ALL_WITH_NL_ASSERTIONS if judged else EvaluationType.ALL
+    fixed = nl.DEFAULT_LLM_NL_ASSERTIONS, nl.DEFAULT_LLM_NL_ASSERTIONS_ARGS
+    if judge_llm is not None:
+        nl.DEFAULT_LLM_NL_ASSERTIONS, nl.DEFAULT_LLM_NL_ASSERTIONS_ARGS = judge_llm, {**fixed[1], **judge_args}
+    try:
+        return evaluate_simulation(run, env.task, evaluation, solo_mode=False, domain=env.domain.name)
+    finally:
+        nl.DEFAULT_LLM_NL_ASSERTIONS, nl.DEFAULT_LLM_NL_ASSERTIONS_ARGS = fixed
 
 
 def play(env: Any, task_id: str, case: ParityCase) -> tuple[float, dict[str, Any]]:

@@ -93,6 +93,12 @@ def reward_basis(task: Any) -> list[str]:
     return [] if criteria is None else [basis.value for basis in criteria.reward_basis]
 
 
+def judged_in_reward(task: Any) -> bool:
+    """Whether the task's reward needs an NL judge: NL assertions in its basis, and some to judge."""
+    criteria = task.evaluation_criteria
+    return criteria is not None and "NL_ASSERTION" in reward_basis(task) and bool(criteria.nl_assertions)
+
+
 def evaluate(
     domain: Tau2Domain,
     task: Any,
@@ -158,8 +164,12 @@ def evaluate(
         ]
         components["ACTION"] = 1.0 if all(matched) else 0.0
 
-    # NL assertions: judged when a judge is supplied, reported as not evaluated otherwise.
-    if nl_assertions or "NL_ASSERTION" in basis:
+    # NL assertions: judged when a judge is supplied, reported as not evaluated otherwise. A basis
+    # naming NL_ASSERTION with none to judge scores 1, as tau2's NLAssertionsEvaluator does.
+    if "NL_ASSERTION" in basis and not nl_assertions:
+        components["NL_ASSERTION"] = 1.0
+        details["nl_assertions"] = {"evaluated": True, "assertions": [], "checks": [], "in_reward_basis": True}
+    elif nl_assertions or "NL_ASSERTION" in basis:
         if judge is None:
             if "NL_ASSERTION" in basis:
                 raise ValueError(f"task {task.id} has NL assertions in its reward basis: pass nl_judge=")
