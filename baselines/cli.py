@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "Co-Training and, as a reference, on the held-out panel itself, several seeds each; writes a report "
         "(held-out success, training reward, policy entropy; mean and 95% interval over seeds) and plots.",
     )
-    from baselines.demo import add_arguments
+    from baselines.apps.demo import add_arguments
 
     add_arguments(demo)
 
@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "player answers asynchronously (API backends)",
     )
     add_env_arg(play)
-    from baselines.people import commands as people  # play --human, serve, view, study export, export
+    from baselines.apps.people import commands as people  # play --human, serve, view, study export, export
 
     people.add_play_arguments(play)
     people.add_commands(commands)
@@ -142,12 +142,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     evaluate.add_argument("config", help="the run's YAML config")
     evaluate.add_argument("overrides", nargs="*", help="key=value settings that override the config")
 
-    from baselines import plan
+    from baselines.apps import plan
 
     plan.add_arguments(commands.add_parser("plan", help="the GPU memory a training config needs, before it runs"))
 
-    from baselines import evaluate as cross_play
-    from baselines import fidelity
+    from baselines.apps import evaluate as cross_play
+    from baselines.apps import fidelity
 
     cross_play.add_arguments(commands.add_parser("evaluate", help="agents x simulators: success, pass^k, intervals"))
     fidelity.add_arguments(commands.add_parser("fidelity", help="a simulator's conversations against people's"))
@@ -166,9 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from baselines import evaluate as cross_play
-    from baselines import fidelity, plan
-    from baselines.people import commands as people
+    from baselines.apps import evaluate as cross_play
+    from baselines.apps import fidelity, plan
+    from baselines.apps.people import commands as people
 
     if people.wants(args):
         return people.run(args)
@@ -337,8 +337,8 @@ def _split_overrides(config: str | None, overrides: list[str]) -> tuple[str | No
 
 
 def _train(args: argparse.Namespace) -> int:
-    from baselines.config import load_config
-    from baselines.trainer import Trainer
+    from baselines.training.config import load_config
+    from baselines.training.trainer import Trainer
 
     path, overrides = _split_overrides(args.config, args.overrides)
     overrides += [f"ray_address={args.ray}"] if args.ray else []
@@ -369,9 +369,9 @@ def _train(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     """The run's newest intact checkpoint, read from its folder (no trainer, no Ray)."""
-    from baselines.config import load_config
-    from baselines.rollouts import evaluate_run
-    from baselines.run import Run
+    from baselines.training.config import load_config
+    from baselines.training.rollouts import evaluate_run
+    from baselines.training.run import Run
 
     path, overrides = _split_overrides(args.config, args.overrides)
     try:
@@ -389,7 +389,7 @@ def _run_stoppers() -> tuple[type[Exception], ...]:
     """What stops a run with a one-line message instead of a traceback: the trainer's refusals, a
     fatal simulator error (a rejected key, an unknown model), and a policy error outside any
     episode (a simulator that cannot even be built, e.g. without an API key)."""
-    from baselines.run import RunError
+    from baselines.training.run import RunError
     from scope_envs.core.policy import FatalPolicyError, PolicyError
 
     return (RunError, FatalPolicyError, PolicyError)
@@ -408,7 +408,7 @@ def _demo(args: argparse.Namespace) -> int:
     except ImportError:
         print(needs_extra("scope demo", "torch", "demo"), file=sys.stderr)
         return 2
-    from baselines.demo import run_demo, settings_from
+    from baselines.apps.demo import run_demo, settings_from
 
     report = run_demo(settings_from(args))
     print(report.read_text())

@@ -1,4 +1,4 @@
-"""What saving a training step's episodes costs (`save_episodes`, baselines.episodes):
+"""What saving a training step's episodes costs (`save_episodes`, baselines.training.episodes):
 one step's rollout of a real trainer (the tiny model persuading a Verbalized Sampling persuadee)
 with four of its episodes saved (ours) and without saving (the anchor), in episodes."""
 
@@ -9,8 +9,8 @@ import warnings
 import pytest
 from people_helpers import one_dialogue_corpus
 
-from baselines.config import load_config
-from baselines.trainer import Trainer
+from baselines.training.config import load_config
+from baselines.training.trainer import Trainer
 
 GROUPS, GROUP_SIZE = 2, 4
 

@@ -8,7 +8,7 @@ import pytest
 
 from baselines.arguments import parse_key_value, parse_value
 from baselines.cli import main
-from baselines.config import load_config
+from baselines.training.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,9 +8,7 @@ import pytest
 pytest.importorskip("scipy")
 pytest.importorskip("torch")
 
-from baselines.cli import main
-from baselines.config import TrainConfig
-from baselines.evaluate import (
+from baselines.apps.evaluate import (
     CellResult,
     EvalSettings,
     build_agent,
@@ -19,8 +17,10 @@ from baselines.evaluate import (
     run_cells,
     summarize,
 )
-from baselines.stats import pass_hat_k
-from baselines.trainer import Trainer
+from baselines.apps.stats import pass_hat_k
+from baselines.cli import main
+from baselines.training.config import TrainConfig
+from baselines.training.trainer import Trainer
 from scope_envs.core.registration import find_env
 
 ENV = "PersuasionActs"
@@ -92,7 +92,7 @@ def test_paired_comparisons_are_corrected_over_the_pairs():
     rng = np.random.default_rng(0)
 
     def cell(agent, p):
-        from baselines.evaluate import CellResult
+        from baselines.apps.evaluate import CellResult
 
         return CellResult(agent, "sim", [f"t{i}" for i in range(40)], (rng.random((40, 2)) < p).tolist(), [[0, 0]] * 40)
 

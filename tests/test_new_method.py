@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from baselines.methods import Method, method_class
+from baselines.training.methods import Method, method_class
 from scope_envs.core.specs import make_policy
 
 pytest.importorskip("torch")
@@ -66,16 +66,16 @@ def test_a_method_of_ones_own_trains_two_steps_through_scope_train(tmp_path, cap
 
 
 def test_its_checks_are_the_configs():
-    from baselines.config import load_config
+    from baselines.training.config import load_config
 
     with pytest.raises(ValueError, match="needs a panel of simulators"):
         load_config(None, ["env=P4G", f"method={__name__}:HardestFirst"])
 
 
 def test_an_unknown_method_names_the_choices():
-    from baselines.config import load_config
+    from baselines.training.config import load_config
 
     with pytest.raises(ValueError, match=r"method must be one of .*'population'"):
         load_config(None, ["env=P4G", "method=populaton"])
-    with pytest.raises(ValueError, match=r"not a subclass of baselines\.methods\.Method"):
+    with pytest.raises(ValueError, match=r"not a subclass of baselines\.training\.methods\.Method"):
         method_class(f"{__name__}:HardestOpponent")

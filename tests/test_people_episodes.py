@@ -7,10 +7,10 @@ import json
 import pytest
 from people_helpers import train_tiny_run
 
+from baselines.apps.people.export import export_episodes
 from baselines.cli import main
-from baselines.episodes import EPISODES_FILE, choose
-from baselines.people.export import export_episodes
-from baselines.records import read_records
+from baselines.training.episodes import EPISODES_FILE, choose
+from baselines.training.records import read_records
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_export_hf_loads_back_with_load_from_disk(run_dir, tmp_path, capsys):
 
 
 def test_episodes_saved_with_an_opponent_label_are_named_by_the_runs_config(run_dir, tmp_path):
-    from baselines.people.episode_store import read_run_episodes
+    from baselines.apps.people.episode_store import read_run_episodes
 
     old = tmp_path / "old_run"
     old.mkdir()
@@ -80,8 +80,8 @@ def test_export_jsonl_round_trips_and_refuses_to_overwrite(run_dir, tmp_path):
 
 
 def test_a_resumed_run_keeps_only_the_episodes_of_its_checkpointed_steps(tmp_path):
-    from baselines.episodes import prepare_episodes_file
-    from baselines.records import EpisodeRecord, append_records
+    from baselines.training.episodes import prepare_episodes_file
+    from baselines.training.records import EpisodeRecord, append_records
 
     path = tmp_path / EPISODES_FILE
     base = dict(

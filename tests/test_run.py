@@ -1,5 +1,5 @@
-"""A run folder read without its trainer (`baselines.run.Run`), and episodes kept by an observer
-of the rollout protocol (`baselines.episodes`) whichever rollout plays them."""
+"""A run folder read without its trainer (`baselines.training.run.Run`), and episodes kept by an observer
+of the rollout protocol (`baselines.training.episodes`) whichever rollout plays them."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import yaml
 from people_helpers import one_dialogue_corpus
 
 from baselines.cli import main
-from baselines.episodes import EPISODES_FILE
-from baselines.records import read_records
+from baselines.training.episodes import EPISODES_FILE
+from baselines.training.records import read_records
 from scope_envs.core.dialogue import AGENT, USER
 from scope_envs.core.rollout import RolloutGroup
 
@@ -65,7 +65,7 @@ def test_a_run_started_on_ray_is_evaluated_with_ray_absent(run_dir, tmp_path, mo
 
 
 def test_a_run_loads_its_trained_policy_without_a_trainer(run_dir):
-    from baselines.run import Run
+    from baselines.training.run import Run
 
     run = Run(run_dir)
     assert run.trained_sides() == [AGENT] and run.checkpoint_steps().keys() == {2}
@@ -121,8 +121,8 @@ def test_a_rollout_worker_plays_the_task_a_group_names(tmp_path, observe):
 
 
 def test_an_unknown_rollout_mode_names_the_choices(tmp_path):
-    from baselines.config import load_config
     from baselines.distributed.rollout_worker import RolloutWorker
+    from baselines.training.config import load_config
 
     with pytest.raises(ValueError, match="rollout must be"):
         load_config(None, ["env=P4G", "rollout=asynch"])
@@ -134,11 +134,11 @@ def test_the_training_loop_imports_no_application():
     from test_import_graph import import_graph
 
     graph = import_graph()
-    reached, todo = set(), ["baselines.trainer"]
+    reached, todo = set(), ["baselines.training.trainer"]
     while todo:
         module = todo.pop()
         if module not in reached:
             reached.add(module)
             todo.extend(graph[module])
-    applications = sorted(m for m in reached if m.startswith("baselines.people") or m == "baselines.cli")
+    applications = sorted(m for m in reached if m.startswith("baselines.apps") or m == "baselines.cli")
     assert not applications, applications

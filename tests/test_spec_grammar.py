@@ -12,11 +12,11 @@ import gymnasium as gym
 import pytest
 
 import sims  # noqa: F401  (registers the `vs` and `persona` wrappers, as any user of sims does)
-from baselines.config import load_config
-from baselines.evaluate import build_simulators
-from baselines.methods import method_for
-from baselines.people.api_models import opponent_labels
-from baselines.people.game import build_opponent
+from baselines.apps.evaluate import build_simulators
+from baselines.apps.people.api_models import opponent_labels
+from baselines.apps.people.game import build_opponent
+from baselines.training.config import load_config
+from baselines.training.methods import method_for
 from scope_envs.core.dialogue import USER
 from scope_envs.core.registration import find_env
 from scope_envs.core.specs import Spec, format_spec, make_policy, parse_spec, wrapped
@@ -63,8 +63,8 @@ def test_wrappers_peel_and_compose():
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     pytest.importorskip("torch")
-    from baselines.config import TrainConfig
-    from baselines.trainer import Trainer
+    from baselines.training.config import TrainConfig
+    from baselines.training.trainer import Trainer
 
     run = tmp_path_factory.mktemp("grammar") / "population"
     config = TrainConfig(

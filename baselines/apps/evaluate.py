@@ -15,7 +15,7 @@ Simulators: a policy spec; `vs:SPEC` or `vsK:SPEC` (Verbalized Sampling with k c
 snapshot in the run's simulator pool, one simulator each).
 
 Reported per cell: success and reward with bootstrap 95% intervals over tasks, pass^k for
-k = 1..trials (Yao et al. 2024, `baselines.stats.pass_hat_k`) and the flip rate across trials; per
+k = 1..trials (Yao et al. 2024, `baselines.apps.stats.pass_hat_k`) and the flip rate across trials; per
 agent, success over its held-out panel: the simulators it did not train against (a run's training
 simulators are read from its config, shown apart and marked (T)), and the minimum detectable
 difference at these tasks x trials; between every two agents, the paired difference on the same
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from baselines.arguments import add_env_arg, env_kwargs_of
-from baselines.run import Run, RunError, is_run
+from baselines.training.run import Run, RunError, is_run
 from scope_envs.core.async_rollout import collect_async
 from scope_envs.core.dialogue import AGENT, USER
 from scope_envs.core.extras import needs_extra
@@ -191,7 +191,7 @@ def training_cells(agents: list[Player], simulators: list[Player]) -> dict[str, 
 def _policy(spec: str, env: Any, side: str) -> Any:
     """A policy spec: a registered backend (`make_policy`), else a trainable model or act policy
     at its initial weights (`linear`, `tiny`, `hf:...`)."""
-    from baselines.policy import build_policy
+    from baselines.training.policy import build_policy
     from scope_envs.core.specs import make_policy, policy_backends, split_spec
 
     if spec == "scripted" or split_spec(spec)[0] in ("scripted", *policy_backends()):
@@ -315,7 +315,7 @@ def summarize(
 ) -> dict[str, Any]:
     """Per cell, per agent and per pair of agents: the numbers of the report. `training` names,
     per agent, the simulators it trained against: they are reported but left out of its panel."""
-    from baselines.stats import (
+    from baselines.apps.stats import (
         ALPHA,
         POWER,
         bootstrap_interval,

@@ -74,7 +74,7 @@ def fidelity_report(
     env_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The fidelity and diversity numbers of each simulator (and of the people, where known)."""
-    from baselines.evaluate import build_simulators
+    from baselines.apps.evaluate import build_simulators
     from sims.fidelity import compare, diversity, word_count
 
     env_kwargs = env_kwargs or {}

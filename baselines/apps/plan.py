@@ -49,8 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from baselines.config import TrainConfig, load_config
-from baselines.methods import method_for
+from baselines.training.config import TrainConfig, load_config
+from baselines.training.methods import method_for
 from scope_envs.core.specs import split_spec
 
 GB = 10**9
@@ -409,7 +409,7 @@ def template_samples(config: TrainConfig) -> str:
     extends each prompt with the next turn, "up to N" (the env's `max_turns`) when it re-renders
     earlier turns; when the tokenizer cannot be read (not in the local cache: only its config is
     known offline), the two bounds, which the memory terms do not depend on."""
-    from baselines.traces import template_rerenders
+    from baselines.training.traces import template_rerenders
     from scope_envs.core.registration import find_env
 
     def most() -> str:

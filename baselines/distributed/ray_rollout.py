@@ -48,7 +48,7 @@ class RayRollout:
     ) -> None:
         """`worker_options[i]` are extra Ray actor options of worker i (e.g. a node's resource,
         or a scheduling strategy); `observe`: the workers keep each episode's conversation
-        (`baselines.episodes.observed`); Ray must be connected (`baselines.distributed.cluster.connect`)."""
+        (`baselines.training.episodes.observed`); Ray must be connected (`baselines.distributed.cluster.connect`)."""
         import ray
 
         if workers < 1 or groups_per_task < 1:

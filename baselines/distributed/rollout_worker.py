@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from baselines.episodes import observed
-from baselines.rollouts import ROLLOUTS
+from baselines.training.episodes import observed
+from baselines.training.rollouts import ROLLOUTS
 from scope_envs.core.dialogue import DialogueEnv
 from scope_envs.core.registration import find_env
 from scope_envs.core.rollout import Episode, RolloutGroup
@@ -43,7 +43,7 @@ class RolloutWorker:
         *,
         observe: bool = False,
     ) -> None:
-        """`observe`: every episode keeps its conversation (`baselines.episodes.observed`), played here."""
+        """`observe`: every episode keeps its conversation (`baselines.training.episodes.observed`), played here."""
         if rollout not in ROLLOUTS:
             raise ValueError(f"rollout must be one of {tuple(ROLLOUTS)}, got {rollout!r}")
         self.env, self.env_kwargs = env, dict(env_kwargs or {})

@@ -10,11 +10,11 @@ from typing import Any
 
 import yaml
 
-from baselines.advantages import ESTIMATORS
 from baselines.arguments import parse_key_value
-from baselines.loss import AGGREGATIONS
-from baselines.methods import method_for
-from baselines.policy import language_model_of
+from baselines.training.advantages import ESTIMATORS
+from baselines.training.loss import AGGREGATIONS
+from baselines.training.methods import method_for
+from baselines.training.policy import language_model_of
 from sims.pool import SAMPLING
 
 DTYPES = ("float32", "bfloat16")
@@ -49,7 +49,7 @@ class TrainConfig:
     max_model_len: int = 4096
     generation_engine: str = "transformers"  # or "vllm" (GPU; needs lora) for the trained policy's turns
     vllm_gpu_memory_utilization: float = 0.4  # the share of GPU memory vLLM takes; the rest trains
-    # against whom: a method of `baselines.methods` by name, or "module:Class" of one of your own
+    # against whom: a method of `baselines.training.methods` by name, or "module:Class" of one of your own
     method: str = "single"
     simulators: list[str] = field(default_factory=lambda: ["scripted"])
     vs_k: int = 5

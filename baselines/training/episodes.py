@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from baselines.records import EpisodeRecord, append_records, log_entries, read_records
+from baselines.training.records import EpisodeRecord, append_records, log_entries, read_records
 from scope_envs.core.batch import TracedPolicy
 from scope_envs.core.chat import Message
 from scope_envs.core.dialogue import SIDES, DialogueEnv

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from baselines.checkpoints import atomic_write, checkpoint_steps, read_metrics, verify_checkpoint
+from baselines.training.checkpoints import atomic_write, checkpoint_steps, read_metrics, verify_checkpoint
 
 # what a run writes into its output folder, besides its simulator pool, and a fresh start deletes;
 # anything else there, such as vLLM's served adapters or wandb's own folders, is left alone
@@ -47,7 +47,7 @@ class Run:
         if config is None:
             if not is_run(self.folder):
                 raise ValueError(f"{self.folder} is not a run folder: it has no {CONFIG_FILE}")
-            from baselines.config import load_config
+            from baselines.training.config import load_config
 
             config = load_config(self.folder / CONFIG_FILE, [f"output_dir={self.folder}"])
         self.config = config
@@ -61,7 +61,7 @@ class Run:
 
     @property
     def method(self) -> Any:
-        from baselines.methods import method_for
+        from baselines.training.methods import method_for
 
         return method_for(self.config)
 
@@ -127,7 +127,7 @@ class Run:
 
     def build_policy(self, side: str, spec: str, *, seed: int, env: Any) -> Any:
         """A fresh policy of `spec` for `side`, built with the run's generation settings."""
-        from baselines.policy import build_policy
+        from baselines.training.policy import build_policy
 
         config = self.config
         return build_policy(

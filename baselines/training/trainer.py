@@ -1,4 +1,4 @@
-"""The multi-turn GRPO trainer: one loop that runs any training method (`baselines.methods`).
+"""The multi-turn GRPO trainer: one loop that runs any training method (`baselines.training.methods`).
 
 Read top to bottom: `players` says who plays each group (the learners, and the opponents of
 `sims.opponents`); `collect` plays the groups through the env's rollout (`scope_envs.core.rollout`:
@@ -29,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from baselines.advantages import RunningBaseline, group_advantages
-from baselines.checkpoints import (
+from baselines.distributed.data_parallel import DataParallel
+from baselines.training.advantages import RunningBaseline, group_advantages
+from baselines.training.checkpoints import (
     checkpoint_steps,
     disk_megabytes,
     fsync_directory,
@@ -39,16 +40,15 @@ from baselines.checkpoints import (
     saved_work,
     write_checkpoint_manifest,
 )
-from baselines.config import TrainConfig, dump_config
-from baselines.curves import plot_curves
-from baselines.distributed.data_parallel import DataParallel
-from baselines.episodes import EpisodeSaver, observed
-from baselines.loss import BatchTotals, LossConfig, policy_loss
-from baselines.methods import Method, method_for
-from baselines.metrics_log import MetricsLog
-from baselines.policy import TrainablePolicy, language_model_of
-from baselines.rollouts import EVALUATION_SALT, heldout_success, local_rollout, rollout_groups
-from baselines.run import POOL_FOLDER, RUN_FILES, NoIntactCheckpoint, Run, RunError
+from baselines.training.config import TrainConfig, dump_config
+from baselines.training.curves import plot_curves
+from baselines.training.episodes import EpisodeSaver, observed
+from baselines.training.loss import BatchTotals, LossConfig, policy_loss
+from baselines.training.methods import Method, method_for
+from baselines.training.metrics_log import MetricsLog
+from baselines.training.policy import TrainablePolicy, language_model_of
+from baselines.training.rollouts import EVALUATION_SALT, heldout_success, local_rollout, rollout_groups
+from baselines.training.run import POOL_FOLDER, RUN_FILES, NoIntactCheckpoint, Run, RunError
 from scope_envs.core.dialogue import DialogueEnv, other_side
 from scope_envs.core.failpoints import failpoint
 from scope_envs.core.registration import find_env
@@ -98,7 +98,7 @@ class Trainer:
         self.probe = self.make_env()
         # a benchmark's own rollout steps all its groups as arrays: every rank replays it whole
         self.shard_groups = data_parallel is not None and self.env_info.rollout_function() is None
-        # training rollouts keep each episode's conversation when episodes are saved (`baselines.episodes`)
+        # training rollouts keep each episode's conversation when episodes are saved (`baselines.training.episodes`)
         self.saving_episodes = config.save_episodes > 0
         chat = self.env_info.rollout_function() is None
         self.rollout = local_rollout(config, self.env_info)
@@ -197,7 +197,7 @@ class Trainer:
         """The vLLM engine of a base model; co-trained sides of one base share it (two adapters)."""
         base = language_model_of(spec) or spec
         if base not in self._engines:
-            from baselines.vllm_engine import VLLMGeneration
+            from baselines.training.vllm_engine import VLLMGeneration
 
             config = self.config
             served = self.output / "served_adapters"  # each rank of a learner group serves its own copy

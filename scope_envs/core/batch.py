@@ -37,7 +37,7 @@ class Pending:
 
 
 class Trace(Protocol):
-    """One side of one episode, token-in, token-out (see `baselines.traces.SideTrace`)."""
+    """One side of one episode, token-in, token-out (see `baselines.training.traces.SideTrace`)."""
 
     def next_prompt(self, view: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None) -> list[int]: ...
 

@@ -107,8 +107,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _play(args: argparse.Namespace) -> int:
-    from baselines.people.game import GameSettings
-    from baselines.people.terminal import play_in_terminal
+    from baselines.apps.people.game import GameSettings
+    from baselines.apps.people.terminal import play_in_terminal
 
     settings = GameSettings(
         args.env,
@@ -173,7 +173,7 @@ def check_envs(settings: object) -> list[str]:
     operator: what was left out, what each env warned about (data it fell back from)."""
     import warnings
 
-    from baselines.people.play_api import code_running_warning, offered_envs
+    from baselines.apps.people.play_api import code_running_warning, offered_envs
     from scope_envs.core.registration import find_env
 
     notes, kept = [], []
@@ -199,10 +199,10 @@ def check_envs(settings: object) -> list[str]:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from baselines.people.api_models import ServerSettings, opponent_labels
-    from baselines.people.app import create_app
-    from baselines.people.study import load_study
-    from baselines.people.study_api import participant_links
+    from baselines.apps.people.api_models import ServerSettings, opponent_labels
+    from baselines.apps.people.app import create_app
+    from baselines.apps.people.study import load_study
+    from baselines.apps.people.study_api import participant_links
 
     token = args.token or os.environ.get(TOKEN_VARIABLE)
     check_bind(args.host, args.public, token)
@@ -238,9 +238,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _view(args: argparse.Namespace) -> int:
-    from baselines.people.api_models import ServerSettings
-    from baselines.people.app import create_app
-    from baselines.people.episode_store import read_run_episodes
+    from baselines.apps.people.api_models import ServerSettings
+    from baselines.apps.people.app import create_app
+    from baselines.apps.people.episode_store import read_run_episodes
 
     token = args.token or os.environ.get(TOKEN_VARIABLE)
     check_bind(args.host, args.public, token)
@@ -256,7 +256,7 @@ def _view(args: argparse.Namespace) -> int:
 
 
 def _study_export(args: argparse.Namespace) -> int:
-    from baselines.people.export import write_study_results
+    from baselines.apps.people.export import write_study_results
 
     out, summary = write_study_results(args.db, args.out)
     print(f"episodes: {out}\nper condition: {out.with_suffix('.summary.csv')}")
@@ -269,9 +269,9 @@ def _study_export(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from baselines.people.export import export_episodes
+    from baselines.apps.people.export import export_episodes
 
     count = export_episodes(args.source, args.out, args.format)
-    loader = "datasets.load_from_disk" if args.format == "hf" else "baselines.records.read_records"
+    loader = "datasets.load_from_disk" if args.format == "hf" else "baselines.training.records.read_records"
     print(f"{count} episodes written to {args.out} (load with {loader})")
     return 0

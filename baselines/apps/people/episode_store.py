@@ -1,6 +1,6 @@
 """Episodes saved by training, read back for people: `scope view`, `scope export`, `scope serve --run`.
 
-Training writes them (`baselines.episodes`); an episode saved with an opponent label
+Training writes them (`baselines.training.episodes`); an episode saved with an opponent label
 (`simulator0`, by older versions) is named here by its spec from the run's config.
 """
 
@@ -10,15 +10,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-from baselines.episodes import EPISODES_FILE
-from baselines.records import read_records
+from baselines.training.episodes import EPISODES_FILE
+from baselines.training.records import read_records
 
 __all__ = ["EPISODES_FILE", "read_run_episodes", "spec_of", "summary"]
 
 
 def spec_of(label: str, config: Any) -> str:
     """The spec behind an opponent label, as the run's method names it (`Method.opponent_spec`)."""
-    from baselines.methods import method_for
+    from baselines.training.methods import method_for
 
     return method_for(config).opponent_spec(label)
 
@@ -33,7 +33,7 @@ def read_run_episodes(run_dir: str | Path) -> list[dict[str, Any]]:
     records = [record.to_dict() for record in read_records(path)]
     config_file = path.parent / "config.yaml"
     if config_file.is_file() and any(re.fullmatch(r"simulator\d+", r["simulator"]) for r in records):
-        from baselines.config import load_config
+        from baselines.training.config import load_config
 
         config = load_config(config_file, [])
         for record in records:

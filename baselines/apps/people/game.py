@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from baselines.episodes import ReplyRecorder, view_key
-from baselines.records import EpisodeRecord, log_entries
+from baselines.training.episodes import ReplyRecorder, view_key
+from baselines.training.records import EpisodeRecord, log_entries
 from scope_envs.core.batch import play_turn
 from scope_envs.core.chat import Message, ToolCall, tool_name
 from scope_envs.core.dialogue import SIDES, DialogueEnv, other_side

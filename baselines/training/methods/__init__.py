@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import importlib
 
-from baselines.methods.base import LearnerSpec, MemoryTerms, Method
+from baselines.training.methods.base import LearnerSpec, MemoryTerms, Method
 
 # the shipped methods, imported when first named
 _REGISTRY: dict[str, str | type[Method]] = {
-    "single": "baselines.methods.single:Single",
-    "ensemble": "baselines.methods.ensemble:EnsembleMethod",
-    "vs": "baselines.methods.vs:VerbalizedSamplingMethod",
-    "cotrain": "baselines.methods.cotrain:CoTrain",
-    "curriculum": "baselines.methods.curriculum:Curriculum",
-    "population": "baselines.methods.population:PopulationCoTrain",
+    "single": "baselines.training.methods.single:Single",
+    "ensemble": "baselines.training.methods.ensemble:EnsembleMethod",
+    "vs": "baselines.training.methods.vs:VerbalizedSamplingMethod",
+    "cotrain": "baselines.training.methods.cotrain:CoTrain",
+    "curriculum": "baselines.training.methods.curriculum:Curriculum",
+    "population": "baselines.training.methods.population:PopulationCoTrain",
 }
 
 
@@ -49,7 +49,7 @@ def method_class(name: str) -> type[Method]:
         except (ImportError, AttributeError) as error:
             raise ValueError(f"method {name!r}: cannot import {module}:{attribute} ({error})") from error
     if not (isinstance(entry, type) and issubclass(entry, Method)):
-        raise ValueError(f"method {name!r} is {entry!r}, not a subclass of baselines.methods.Method")
+        raise ValueError(f"method {name!r} is {entry!r}, not a subclass of baselines.training.methods.Method")
     return entry
 
 

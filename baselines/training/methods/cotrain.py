@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from baselines.advantages import curriculum_reward
-from baselines.methods.base import LearnerSpec, Method
-from baselines.policy import language_model_of
+from baselines.training.advantages import curriculum_reward
+from baselines.training.methods.base import LearnerSpec, Method
+from baselines.training.policy import language_model_of
 from scope_envs.core.dialogue import AGENT, USER, user_reward_from
 from sims.opponents import Live
 

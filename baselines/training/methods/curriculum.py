@@ -1,10 +1,10 @@
 """`curriculum`: co-training whose simulator is rewarded for a group of varied outcomes, the
-curriculum reward (`baselines.advantages.curriculum_reward`), whatever `simulator_reward` says;
+curriculum reward (`baselines.training.advantages.curriculum_reward`), whatever `simulator_reward` says;
 `method: cotrain` with `simulator_reward: curriculum` is the same run."""
 
 from __future__ import annotations
 
-from baselines.methods.cotrain import CURRICULUM, CoTrain
+from baselines.training.methods.cotrain import CURRICULUM, CoTrain
 
 
 class Curriculum(CoTrain):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from baselines.methods.base import Method
+from baselines.training.methods.base import Method
 from scope_envs.core.specs import make_policy
 from sims.opponents import Ensemble
 

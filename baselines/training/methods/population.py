@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from baselines.methods.base import MemoryTerms
-from baselines.methods.cotrain import CoTrain
-from baselines.run import POOL_FOLDER
+from baselines.training.methods.base import MemoryTerms
+from baselines.training.methods.cotrain import CoTrain
+from baselines.training.run import POOL_FOLDER
 from scope_envs.core.dialogue import AGENT, USER
 from sims.opponents import LIVE, Population
 from sims.pool import CheckpointPool

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from baselines.methods.ensemble import EnsembleMethod
+from baselines.training.methods.ensemble import EnsembleMethod
 
 
 class Single(EnsembleMethod):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from baselines.methods.ensemble import EnsembleMethod
+from baselines.training.methods.ensemble import EnsembleMethod
 from scope_envs.core.specs import wrapped
 from sims.verbalized import verbalize
 
