@@ -285,7 +285,7 @@ def test_the_trainer_collects_the_same_groups_with_either_rollout(tmp_path):
     assert logprobs(per_episode) == pytest.approx(logprobs(lockstep), abs=1e-4)
     from baselines.training.config import load_config
 
-    with pytest.raises(ValueError, match="rollout must be 'lockstep' or 'async'"):
+    with pytest.raises(ValueError, match=r"rollout must be one of \('lockstep', 'async'\), got 'sometimes'"):
         load_config(None, ["env=P4G", "rollout=sometimes"])
 
 

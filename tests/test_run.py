@@ -124,10 +124,22 @@ def test_an_unknown_rollout_mode_names_the_choices(tmp_path):
     from baselines.distributed.rollout_worker import RolloutWorker
     from baselines.training.config import load_config
 
-    with pytest.raises(ValueError, match="rollout must be"):
+    with pytest.raises(ValueError, match=r"rollout must be one of \('lockstep', 'async'\), got 'asynch'"):
         load_config(None, ["env=P4G", "rollout=asynch"])
     with pytest.raises(ValueError, match=r"rollout must be one of \('lockstep', 'async'\)"):
         RolloutWorker("P4G", {}, "asynch")
+
+
+def test_a_run_a_rollout_worker_and_a_ray_rollout_default_to_one_rollout():
+    import inspect
+
+    from baselines.distributed.ray_rollout import RayRollout
+    from baselines.distributed.rollout_worker import RolloutWorker
+    from baselines.training.config import TrainConfig
+    from baselines.training.rollouts import DEFAULT_ROLLOUT
+
+    defaults = {cls: inspect.signature(cls).parameters["rollout"].default for cls in (RolloutWorker, RayRollout)}
+    assert set(defaults.values()) == {TrainConfig().rollout} == {DEFAULT_ROLLOUT}
 
 
 def test_the_training_loop_imports_no_application():

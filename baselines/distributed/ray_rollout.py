@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from baselines.distributed.rollout_worker import EnvSource, RolloutWorker
+from baselines.training.rollouts import DEFAULT_ROLLOUT
 from scope_envs.core.batch import TracedPolicy
 from scope_envs.core.dialogue import DialogueEnv
 from scope_envs.core.rollout import Episode, Rollout, RolloutGroup
@@ -38,7 +39,7 @@ class RayRollout:
         *,
         local: Rollout,
         workers: int = 2,
-        rollout: str = "lockstep",
+        rollout: str = DEFAULT_ROLLOUT,
         groups_per_task: int = 1,
         observe: bool = False,
         cpus_per_worker: float = 1.0,

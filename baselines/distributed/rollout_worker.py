@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from baselines.training.episodes import observed
-from baselines.training.rollouts import ROLLOUTS
+from baselines.training.rollouts import DEFAULT_ROLLOUT, ROLLOUTS
 from scope_envs.core.dialogue import DialogueEnv
 from scope_envs.core.registration import find_env
 from scope_envs.core.rollout import Episode, RolloutGroup
@@ -39,7 +39,7 @@ class RolloutWorker:
         self,
         env: EnvSource,
         env_kwargs: dict[str, Any] | None = None,
-        rollout: str = "lockstep",
+        rollout: str = DEFAULT_ROLLOUT,
         *,
         observe: bool = False,
     ) -> None:

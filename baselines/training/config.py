@@ -15,6 +15,7 @@ from baselines.training.advantages import ESTIMATORS
 from baselines.training.loss import AGGREGATIONS
 from baselines.training.methods import method_for
 from baselines.training.policy import language_model_of
+from baselines.training.rollouts import DEFAULT_ROLLOUT, ROLLOUTS
 from sims.pool import SAMPLING
 
 DTYPES = ("float32", "bfloat16")
@@ -72,7 +73,7 @@ class TrainConfig:
     max_new_tokens: int = 48
     # chat rollouts: "lockstep" (every round of turns waits for its slowest reply) or "async" (each
     # episode advances as soon as its own reply arrives; same episodes, see scope_envs.core.async_rollout)
-    rollout: str = "lockstep"
+    rollout: str = DEFAULT_ROLLOUT
     # Ray (the `ray` extra): "local" starts a cluster on this machine, else a cluster address; rollout
     # workers then play the groups whose players are all frozen or small (baselines.distributed.ray_rollout)
     ray_address: str | None = None
@@ -130,8 +131,8 @@ class TrainConfig:
             problems.append(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
         if self.side not in {"agent", "user"}:
             problems.append(f"side must be 'agent' or 'user', got {self.side!r}")
-        if self.rollout not in {"lockstep", "async"}:
-            problems.append(f"rollout must be 'lockstep' or 'async', got {self.rollout!r}")
+        if self.rollout not in ROLLOUTS:
+            problems.append(f"rollout must be one of {tuple(ROLLOUTS)}, got {self.rollout!r}")
         if self.ray_address is not None and ("=" in self.ray_address or self.ray_address.endswith((".yaml", ".yml"))):
             problems.append(
                 f"ray_address {self.ray_address!r} is an override or a config file, not a Ray address: "

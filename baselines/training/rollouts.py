@@ -16,6 +16,7 @@ from scope_envs.core.rollout import Episode, RolloutGroup, collect_chat
 from scope_envs.core.seeding import derive_seed
 
 ROLLOUTS = {"lockstep": collect_chat, "async": collect_async}
+DEFAULT_ROLLOUT = "lockstep"  # the one default of a run, a rollout worker and a Ray rollout
 EVALUATION_SALT = 1
 
 
