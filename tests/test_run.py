@@ -64,6 +64,19 @@ def test_a_run_started_on_ray_is_evaluated_with_ray_absent(run_dir, tmp_path, mo
     assert (out / "evaluation.json").is_file()
 
 
+def test_scope_eval_plays_on_the_cpu_threads_of_the_run(run_dir, capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("cpu_threads applies without a GPU")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert main(["eval", str(run_dir / "config.yaml"), f"output_dir={run_dir}", "cpu_threads=1"]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_a_run_loads_its_trained_policy_without_a_trainer(run_dir):
     from baselines.training.run import Run
 

@@ -66,6 +66,7 @@ def evaluate_run(run: Any, *, initial: bool = False) -> dict[str, float]:
     from scope_envs.core.specs import make_policy
 
     config = run.config
+    run.use_cpu_threads()
     env_info = find_env(config.env)
     probe = run.make_env()
     rollout = local_rollout(config, env_info)

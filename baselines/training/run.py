@@ -146,6 +146,14 @@ class Run:
             max_model_len=config.max_model_len,
         )
 
+    def use_cpu_threads(self) -> None:
+        """torch's threads as the run's `cpu_threads` asks, when there is no GPU: whoever plays
+        its policies (the trainer, `scope eval`) runs them alike."""
+        import torch
+
+        if self.config.cpu_threads > 0 and not torch.cuda.is_available():
+            torch.set_num_threads(self.config.cpu_threads)
+
     def make_env(self) -> Any:
         from scope_envs.core.registration import find_env
 

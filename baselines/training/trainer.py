@@ -92,8 +92,7 @@ class Trainer:
         self.output.mkdir(parents=True, exist_ok=True)
         self.folder = Run(self.output, config)  # the run folder this trainer writes
         torch.manual_seed(config.seed)
-        if config.cpu_threads > 0 and not torch.cuda.is_available():
-            torch.set_num_threads(config.cpu_threads)
+        self.folder.use_cpu_threads()
         self.env_info = find_env(config.env)
         self.probe = self.make_env()
         # a benchmark's own rollout steps all its groups as arrays: every rank replays it whole
