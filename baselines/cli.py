@@ -8,6 +8,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from baselines.arguments import add_env_arg, add_key_values, env_kwargs_of
 from scope_envs.core.extras import MissingExtraError, missing_module_hint, needs_extra
 
 # `scope diagnose`'s (states, replies per state, tokens per reply): on a CPU a few short replies
@@ -34,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "Co-Training and, as a reference, on the held-out panel itself, several seeds each; writes a report "
         "(held-out success, training reward, policy entropy; mean and 95% interval over seeds) and plots.",
     )
-    from baselines.demo import add_arguments
+    from baselines.apps.demo import add_arguments
 
     add_arguments(demo)
 
@@ -66,14 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="async: each episode takes its turn as soon as its own reply arrives; auto (default): async when a "
         "player answers asynchronously (API backends)",
     )
-    play.add_argument(
-        "--env-arg",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a constructor argument of the env, e.g. termination=wait (JSON values are parsed); repeatable",
-    )
-    from baselines.people import commands as people  # play --human, serve, view, study export, export
+    add_env_arg(play)
+    from baselines.apps.people import commands as people  # play --human, serve, view, study export, export
 
     people.add_play_arguments(play)
     people.add_commands(commands)
@@ -88,9 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     diagnose.add_argument("--env", required=True, help="the environment whose conversations give the states")
     diagnose.add_argument("--side", default="user", choices=["agent", "user"], help="the side simulated (user)")
-    diagnose.add_argument(
-        "--env-arg", action="append", default=[], metavar="KEY=VALUE", help="a constructor argument of the env"
-    )
+    add_env_arg(diagnose)
     diagnose.add_argument("--simulator", action="append", required=True, help="a simulator spec; repeatable")
     diagnose.add_argument(
         "--vs",
@@ -119,11 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     diagnose.add_argument("--embedding", choices=["auto", "minilm", "tfidf"], default="auto")
     diagnose.add_argument("--plot", default="collapse.png", help="where to write the plot (PNG)")
     diagnose.add_argument("--json", action="store_true", help="print the reports as JSON lines")
-    diagnose.add_argument(
+    add_key_values(
+        diagnose,
         "--sim-arg",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
         help="a keyword for every simulator built from a backend (not `scripted`, whose rules take none), "
         "e.g. temperature=0.7",
     )
@@ -154,12 +145,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     evaluate.add_argument("config", help="the run's YAML config")
     evaluate.add_argument("overrides", nargs="*", help="key=value settings that override the config")
 
-    from baselines import plan
+    from baselines.apps import plan
 
     plan.add_arguments(commands.add_parser("plan", help="the GPU memory a training config needs, before it runs"))
 
-    from baselines import evaluate as cross_play
-    from baselines import fidelity
+    from baselines.apps import evaluate as cross_play
+    from baselines.apps import fidelity
 
     cross_play.add_arguments(commands.add_parser("evaluate", help="agents x simulators: success, pass^k, intervals"))
     fidelity.add_arguments(commands.add_parser("fidelity", help="a simulator's conversations against people's"))
@@ -178,9 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from baselines import evaluate as cross_play
-    from baselines import fidelity, plan
-    from baselines.people import commands as people
+    from baselines.apps import evaluate as cross_play
+    from baselines.apps import fidelity, plan
+    from baselines.apps.people import commands as people
 
     if people.wants(args):
         return people.run(args)
@@ -204,13 +195,13 @@ def _run(args: argparse.Namespace) -> int:
 def _diagnose(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from scope_envs.core.specs import SCRIPTED, split_spec
+    from scope_envs.core.specs import SCRIPTED, split_spec, wrapped
     from scope_envs.core.views import build_env
     from sims.diagnostics import diagnose, dialogue_states, format_table, plot, sample_replies
     from sims.verbalized import VerbalizedSampling
 
     _size_for_the_machine(args)
-    env = build_env(args.env, **dict(_key_value(item) for item in args.env_arg))
+    env = build_env(args.env, **env_kwargs_of(args))
     states = dialogue_states(env, args.side, args.states, seed=args.seed)
     simulators = []
     for spec in args.simulator:
@@ -226,7 +217,7 @@ def _diagnose(args: argparse.Namespace) -> int:
             continue
         simulators.append(
             (
-                f"vs({spec})",
+                wrapped("vs", spec, args.k),
                 VerbalizedSampling(_with_room_for(simulator, args.k), k=args.k, retries=DIAGNOSE_VS_RETRIES),
             )
         )
@@ -333,7 +324,7 @@ def _diagnosed_simulator(spec: str, env: object, args: argparse.Namespace, max_n
     from sims import make_simulator
 
     backend = split_spec(spec)[0]
-    keywords = {} if backend == SCRIPTED else dict(_key_value(item) for item in args.sim_arg)
+    keywords = {} if backend == SCRIPTED else dict(args.sim_arg)
     if _local(backend):
         keywords.setdefault("max_new_tokens", max_new_tokens)
     try:
@@ -350,8 +341,8 @@ def _split_overrides(config: str | None, overrides: list[str]) -> tuple[str | No
 
 
 def _train(args: argparse.Namespace) -> int:
-    from baselines.config import load_config
-    from baselines.trainer import Trainer
+    from baselines.training.config import load_config
+    from baselines.training.trainer import Trainer
 
     path, overrides = _split_overrides(args.config, args.overrides)
     overrides += [f"ray_address={args.ray}"] if args.ray else []
@@ -381,15 +372,18 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from baselines.config import load_config
-    from baselines.trainer import Trainer
+    """The run's newest intact checkpoint, read from its folder (no trainer, no Ray)."""
+    from baselines.training.config import load_config
+    from baselines.training.rollouts import evaluate_run
+    from baselines.training.run import Run
 
     path, overrides = _split_overrides(args.config, args.overrides)
     try:
-        trainer = Trainer(load_config(path, overrides))
-        if trainer.load_latest() is None:
-            print(f"no checkpoint in {trainer.checkpoints}; evaluating the initial policy", file=sys.stderr)
-        print(json.dumps({"step": trainer.step, **trainer.evaluate(trainer.step)}))
+        config = load_config(path, overrides)
+        run = Run(config.output_dir, config)
+        if not run.checkpoint_steps():
+            print(f"no checkpoint in {run.checkpoints}; evaluating the initial policy", file=sys.stderr)
+        print(json.dumps(evaluate_run(run, initial=True)))
     except _run_stoppers() as error:
         return _stopped("scope eval", error)
     return 0
@@ -399,7 +393,7 @@ def _run_stoppers() -> tuple[type[Exception], ...]:
     """What stops a run with a one-line message instead of a traceback: the trainer's refusals, a
     fatal simulator error (a rejected key, an unknown model), and a policy error outside any
     episode (a simulator that cannot even be built, e.g. without an API key)."""
-    from baselines.trainer import RunError
+    from baselines.training.run import RunError
     from scope_envs.core.policy import FatalPolicyError, PolicyError
 
     return (RunError, FatalPolicyError, PolicyError)
@@ -418,7 +412,7 @@ def _demo(args: argparse.Namespace) -> int:
     except ImportError:
         print(needs_extra("scope demo", "torch", "demo"), file=sys.stderr)
         return 2
-    from baselines.demo import run_demo, settings_from
+    from baselines.apps.demo import run_demo, settings_from
 
     report = run_demo(settings_from(args))
     print(report.read_text())
@@ -438,7 +432,7 @@ def _list_envs() -> int:
 
 
 def _play(args: argparse.Namespace) -> int:
-    from scope_envs.core.batch import run_episodes
+    from scope_envs.core.episodes import run_episodes
     from scope_envs.core.registration import find_env
     from scope_envs.core.specs import resolve_policy
 
@@ -447,8 +441,7 @@ def _play(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(error, file=sys.stderr)
         return 2
-    env_kwargs = dict(_key_value(item) for item in args.env_arg)
-    envs = [info.make(**env_kwargs) for _ in range(args.episodes)]
+    envs = [info.make(**env_kwargs_of(args)) for _ in range(args.episodes)]
     options = {key: value for key, value in (("task_id", args.task_id), ("split", args.split)) if value is not None}
     policies = {
         side: resolve_policy(spec, env=envs[0], side=side)
@@ -479,16 +472,6 @@ def _play(args: argparse.Namespace) -> int:
         print(f"--- {ended}: {result.end_reason} after {result.turns} turns; rewards {result.rewards}")
         print(f"    agent reward breakdown: {result.reward_info['agent']['components']}\n")
     return 0
-
-
-def _key_value(item: str) -> tuple[str, object]:
-    key, sep, raw = item.partition("=")
-    if not sep or not key:
-        raise SystemExit(f"--env-arg expects KEY=VALUE, got {item!r}")
-    try:
-        return key, json.loads(raw)
-    except json.JSONDecodeError:
-        return key, raw
 
 
 if __name__ == "__main__":

@@ -33,9 +33,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from baselines.config import TrainConfig, load_config
-from baselines.plan import GB, LINEAR_MODULES, plan
-from baselines.trainer import Trainer
+from baselines.apps.plan import GB, LINEAR_MODULES, plan
+from baselines.training.config import TrainConfig, load_config
+from baselines.training.trainer import Trainer
 
 METHODS = ("single", "vs", "cotrain", "population")
 ENVS = {

@@ -12,8 +12,8 @@ import multiprocessing
 import socket
 from typing import Any
 
+from baselines.apps.plan import KNOWN_ARCHITECTURES, LINEAR_MODULES
 from baselines.distributed.data_parallel import DataParallel
-from baselines.plan import KNOWN_ARCHITECTURES, LINEAR_MODULES
 
 STOP, PER_TENSOR, BUCKETED = 0, 1, 2
 

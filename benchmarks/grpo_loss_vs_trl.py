@@ -22,8 +22,8 @@ def build_updates(batch: int, prompt: int, completion: int, output_dir: str) -> 
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from baselines.loss import LossConfig, policy_loss
-    from baselines.policy import LMPolicy
+    from baselines.training.loss import LossConfig, policy_loss
+    from baselines.training.policy import LMPolicy
     from scope_envs.core.rollout import Sample
     from sims.hf_backend import HFSimulator
     from sims.testing import tiny_chat_model

@@ -1,7 +1,7 @@
 """The cache-vs-forward gap: log-probs of sampled tokens as the KV-cached generation loop reads
 them off, against the training forward's over the whole sequence, for one model in float32 and in
 bfloat16 (frozen weights and compute in `dtype`, as LoRA trains). The trainer's truncated
-importance weight corrects exactly this gap (`baselines/loss.py`).
+importance weight corrects exactly this gap (`baselines/training/loss.py`).
 
     python benchmarks/logprob_gap.py                       # SmolLM2-135M-Instruct
     python benchmarks/logprob_gap.py --policy tiny
@@ -28,7 +28,7 @@ def gap(policy_spec: str, dtype: str, tokens: int, temperature: float, device: s
 
     import torch
 
-    from baselines.policy import build_policy
+    from baselines.training.policy import build_policy
 
     policy = build_policy(
         policy_spec,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from baselines.config import TrainConfig
-from baselines.trainer import Trainer
+from baselines.training.config import TrainConfig
+from baselines.training.trainer import Trainer
 
 
 def measure(trainer: Trainer, groups: int, group_size: int) -> tuple[float, float]:

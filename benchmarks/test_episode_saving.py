@@ -1,4 +1,4 @@
-"""What saving a training step's episodes costs (`save_episodes`, baselines.people.episode_store):
+"""What saving a training step's episodes costs (`save_episodes`, baselines.training.episodes):
 one step's rollout of a real trainer (the tiny model persuading a Verbalized Sampling persuadee)
 with four of its episodes saved (ours) and without saving (the anchor), in episodes."""
 
@@ -9,9 +9,8 @@ import warnings
 import pytest
 from people_helpers import one_dialogue_corpus
 
-from baselines.config import load_config
-from baselines.people.episode_store import record_episodes
-from baselines.trainer import Trainer
+from baselines.training.config import load_config
+from baselines.training.trainer import Trainer
 
 GROUPS, GROUP_SIZE = 2, 4
 
@@ -38,14 +37,18 @@ def trainer(tmp_path_factory):
         return Trainer(load_config(None, overrides))
 
 
-def rollout(trainer: Trainer) -> int:
-    players, _ = trainer.players(trainer.step, GROUPS)
-    return len(trainer.collect(trainer.step, group_size=GROUP_SIZE, split="train", players=players))
+def rollout(trainer: Trainer, *, saved: bool = False) -> int:
+    """One step's training rollout: observed, its sample saved (ours), or played plainly (the anchor)."""
+    players, labels = trainer.players(trainer.step, GROUPS)
+    trainer.train_rollout = trainer.observed_rollout if saved else trainer.rollout
+    episodes = trainer.collect(trainer.step, group_size=GROUP_SIZE, split="train", players=players)
+    if saved:
+        trainer.episode_saver.save(trainer.step, episodes, labels)
+    return len(episodes)
 
 
 def saved_rollout(trainer: Trainer) -> int:
-    with record_episodes(trainer):
-        return rollout(trainer)
+    return rollout(trainer, saved=True)
 
 
 @pytest.mark.parametrize("side", ["ours", "anchor"])

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from test_async_rollouts import latency, server_url  # noqa: F401 (a fixture)
 
-from scope_envs.core.batch import run_episodes
+from scope_envs.core.episodes import run_episodes
 from scope_envs.core.policy import Reply, Simulator
 from scope_envs.p4g import P4GEnv
 

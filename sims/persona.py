@@ -63,3 +63,8 @@ class PersonaPrompting(SimulatorWrapper):
         for reply, (_, traits) in zip(replies, prompted):
             reply.metadata["persona_behaviour"] = traits
         return replies
+
+
+def persona_spec(simulator: Any, seed: int | None = None) -> PersonaPrompting:
+    """The `persona[SEED]:SPEC` wrapper of the spec grammar."""
+    return PersonaPrompting(simulator, seed=seed or 0)

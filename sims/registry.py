@@ -13,6 +13,7 @@ from scope_envs.core.specs import (
     make_policy,
     policy_backends,
     register_policy_backend,
+    register_spec_wrapper,
     resolve_policy,
 )
 
@@ -28,6 +29,14 @@ SIMULATOR_BACKENDS: dict[str, str] = {
 }
 for _backend, _factory in SIMULATOR_BACKENDS.items():
     register_policy_backend(_backend, _factory)
+
+# spec wrappers (`vs5:SPEC`, `persona:SPEC`): factory(policy, parameter)
+SIMULATOR_WRAPPERS: dict[str, str] = {
+    "vs": "sims.verbalized:verbalize_spec",
+    "persona": "sims.persona:persona_spec",
+}
+for _wrapper, _factory in SIMULATOR_WRAPPERS.items():
+    register_spec_wrapper(_wrapper, _factory)
 
 BACKENDS = POLICY_BACKENDS
 make_simulator = make_policy

@@ -163,6 +163,14 @@ def verbalize(simulator: Any, k: int = 5, draw: str = "random") -> Any:
     return VerbalizedSampling(simulator, k=k, draw=draw)
 
 
+DEFAULT_K = 5
+
+
+def verbalize_spec(simulator: Any, k: int | None = None) -> Any:
+    """The `vs[K]:SPEC` wrapper of the spec grammar: `verbalize(simulator, k=K or 5)`."""
+    return verbalize(simulator, k=DEFAULT_K if k is None else k)
+
+
 class VerbalizedSampling(SimulatorWrapper):
     """Wraps any simulator: each reply is drawn from k verbalized candidates.
 

@@ -169,8 +169,8 @@ def train_tiny_run(tmp_path_factory) -> Path:
     """A real two-step training run that saves episodes: the tiny model persuades a persuadee that
     verbalizes five candidates (method vs), on a corpus of one training dialogue. Trained once per
     test session; the modules that need it share it."""
-    from baselines.config import load_config
-    from baselines.trainer import Trainer
+    from baselines.training.config import load_config
+    from baselines.training.trainer import Trainer
 
     root = tmp_path_factory.getbasetemp() / "people_run"
     if (root / "run" / "metrics.jsonl").is_file():

@@ -11,11 +11,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from baselines.act_policy import ActPolicy, build_act_policy  # noqa: E402
+from baselines.apps.demo import DemoSettings, mean_interval, run_demo  # noqa: E402
 from baselines.cli import main  # noqa: E402
-from baselines.config import load_config  # noqa: E402
-from baselines.demo import DemoSettings, mean_interval, run_demo  # noqa: E402
-from baselines.trainer import Trainer  # noqa: E402
+from baselines.training.act_policy import ActPolicy, build_act_policy  # noqa: E402
+from baselines.training.config import load_config  # noqa: E402
+from baselines.training.trainer import Trainer  # noqa: E402
 from scope_envs.core.dialogue import AGENT, USER  # noqa: E402
 from scope_envs.core.failpoints import ENV_VAR  # noqa: E402
 from scope_envs.persuasion_acts import PersuasionActsEnv  # noqa: E402
@@ -226,7 +226,7 @@ def test_a_fresh_run_into_an_old_output_dir_equals_one_into_a_new_dir(tmp_path):
 
 
 def test_the_report_calls_remedies_only_where_the_positive_control_holds():
-    from baselines.demo import control_lines, positive_control, remedy_effects
+    from baselines.apps.demo import control_lines, positive_control, remedy_effects
 
     def finals(values):
         return [{"heldout_success": v} for v in values]

@@ -23,9 +23,17 @@ def benchmark_folders() -> list[str]:
     )
 
 
+BENCHMARK_FREE, TRAINING_CORE = "The generic layers name no benchmark", "The training core imports no application"
+
+
 def contracts() -> dict[str, dict]:
+    """The import-linter contracts by name."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    return {contract["type"]: contract for contract in config["tool"]["importlinter"]["contracts"]}
+    return {contract["name"]: contract for contract in config["tool"]["importlinter"]["contracts"]}
+
+
+def of_type(kind: str) -> list[dict]:
+    return [contract for contract in contracts().values() if contract["type"] == kind]
 
 
 def test_every_benchmark_folder_is_under_the_import_contracts():
@@ -33,9 +41,23 @@ def test_every_benchmark_folder_is_under_the_import_contracts():
     assert len(folders) >= 4
     listed = contracts()
     expected = {f"scope_envs.{name}" for name in folders}
-    assert set(listed["forbidden"]["forbidden_modules"]) == expected, "add the new folder to the forbidden contract"
-    assert set(listed["independence"]["modules"]) == expected, "add the new folder to the independence contract"
-    assert listed["layers"]["layers"] == ["baselines", "sims", "scope_envs"]
+    assert set(listed[BENCHMARK_FREE]["forbidden_modules"]) == expected, "add the new folder to the forbidden contract"
+    [independence] = of_type("independence")
+    assert set(independence["modules"]) == expected, "add the new folder to the independence contract"
+    [layers] = of_type("layers")
+    assert layers["layers"] == ["baselines", "sims", "scope_envs"]
+
+
+def test_the_training_core_is_under_a_contract_against_every_application():
+    """Every folder of baselines/ is either the training core or an application, and the contract
+    forbids the core every application (so a new application folder cannot slip past it)."""
+    contract = contracts()[TRAINING_CORE]
+    core = set(contract["source_modules"])
+    assert core == {"baselines.training", "baselines.distributed"}
+    packages = {f"baselines.{path.name}" for path in (ROOT / "baselines").iterdir() if (path / "__init__.py").is_file()}
+    modules = {f"baselines.{path.stem}" for path in (ROOT / "baselines").glob("*.py") if path.stem != "__init__"}
+    applications = (packages | modules) - core - {"baselines.arguments"}  # the commands' shared arguments
+    assert set(contract["forbidden_modules"]) == applications
 
 
 def test_generic_layers_name_no_benchmark():

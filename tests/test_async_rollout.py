@@ -94,7 +94,7 @@ def short_helpdesk():
 @pytest.fixture(scope="module")
 def tiny_policy():
     pytest.importorskip("torch")
-    from baselines.policy import build_policy
+    from baselines.training.policy import build_policy
 
     return build_policy("tiny", temperature=1.0, max_new_tokens=6, device="cpu", lora=None, seed=0, side=AGENT)
 
@@ -265,8 +265,8 @@ COTRAIN = [
 
 def cotrain_trainer(tmp_path, rollout):
     pytest.importorskip("torch")
-    from baselines.config import load_config
-    from baselines.trainer import Trainer
+    from baselines.training.config import load_config
+    from baselines.training.trainer import Trainer
 
     return Trainer(load_config(None, [*COTRAIN, f"rollout={rollout}", f"output_dir={tmp_path / rollout}"]))
 
@@ -283,9 +283,9 @@ def test_the_trainer_collects_the_same_groups_with_either_rollout(tmp_path):
     assert [outcome(e) for e in per_episode] == [outcome(e) for e in lockstep]
     assert all(e.samples[AGENT] and e.samples[USER] for e in per_episode)
     assert logprobs(per_episode) == pytest.approx(logprobs(lockstep), abs=1e-4)
-    from baselines.config import load_config
+    from baselines.training.config import load_config
 
-    with pytest.raises(ValueError, match="rollout must be 'lockstep' or 'async'"):
+    with pytest.raises(ValueError, match=r"rollout must be one of \('lockstep', 'async'\), got 'sometimes'"):
         load_config(None, ["env=P4G", "rollout=sometimes"])
 
 

@@ -128,7 +128,7 @@ def test_scope_play_plays_an_api_simulator_per_episode(helpdesk_ids, monkeypatch
 
 
 def test_scope_evaluate_plays_an_api_simulator_per_episode(helpdesk_ids, monkeypatch):
-    from baselines.evaluate import EvalSettings, Player, play_cell
+    from baselines.apps.evaluate import EvalSettings, Player, play_cell
     from sims import make_simulator
 
     completed = []

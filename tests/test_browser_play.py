@@ -10,8 +10,8 @@ from people_helpers import SHARED_P4G, VS_OPPONENT, ThreadServer, open_browser, 
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from baselines.people.api_models import ServerSettings
-from baselines.people.app import create_app
+from baselines.apps.people.api_models import ServerSettings
+from baselines.apps.people.app import create_app
 
 
 @pytest.fixture(scope="module")

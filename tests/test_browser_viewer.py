@@ -42,9 +42,7 @@ def test_the_viewer_shows_a_saved_run(viewer, browser):
     assert sides[:2] == ["agent", "user"]
     meta = browser.find_element(By.ID, "meta").text
     assert (
-        "step 1" in meta
-        and "simulator: vs(scripted:people_helpers:VerbalizingPersuadee, k=5)" in meta
-        and "ended: " in meta
+        "step 1" in meta and "simulator: vs5:scripted:people_helpers:VerbalizingPersuadee" in meta and "ended: " in meta
     )
     assert browser.find_element(By.CSS_SELECTOR, ".rewards tr[data-side=agent]").text.startswith("agent")
     candidates = browser.find_element(By.CSS_SELECTOR, ".turn.user ol.vs")

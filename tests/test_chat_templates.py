@@ -13,8 +13,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 
-from baselines.config import load_config  # noqa: E402
-from baselines.plan import format_plan, plan  # noqa: E402
+from baselines.apps.plan import format_plan, plan  # noqa: E402
+from baselines.training.config import load_config  # noqa: E402
 from sims.testing import tiny_chat_model  # noqa: E402
 
 QWEN3 = (Path(__file__).parent / "templates" / "qwen3.jinja").read_text()
@@ -32,7 +32,7 @@ def qwen3_model(tmp_path_factory) -> Path:
 
 
 def test_qwen3_template_re_renders_earlier_turns_and_chatml_does_not():
-    from baselines.traces import template_rerenders
+    from baselines.training.traces import template_rerenders
 
     _, tokenizer = tiny_chat_model(0)
     assert not template_rerenders(tokenizer)
@@ -44,7 +44,7 @@ def test_qwen3_traces_train_one_sample_per_turn_on_the_exact_prompts():
     """Three turns of the policy with Qwen3's template: the second prompt still extends the first
     (no assistant turn after the last user message yet), the third does not (the previous turn's
     empty reasoning block is dropped), so the episode becomes one sample per turn."""
-    from baselines.policy import LMPolicy
+    from baselines.training.policy import LMPolicy
     from sims.hf_backend import HFSimulator
 
     model, tokenizer = tiny_chat_model(0)

@@ -4,7 +4,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from baselines.cli import main
-from baselines.curves import plot_curves
+from baselines.training.curves import plot_curves
 
 
 def test_a_nearly_flat_entropy_is_labelled_with_plain_numbers(tmp_path, monkeypatch):

@@ -29,7 +29,7 @@ def test_the_stated_gaps_and_mdes_are_the_studys():
     mdes = [row["mde_at_confirmatory_seeds"] for row in CONTROL.values()]
     assert f"({min(mdes):.2f}-{max(mdes):.2f} after the correction" in demo_doc
     pytest.importorskip("scipy")
-    from baselines.stats import minimum_detectable_effect
+    from baselines.apps.stats import minimum_detectable_effect
 
     pilot = CONTROL["gamma10-spread1"]
     planned = prose("docs/study/v1/followup_preregistration.md")

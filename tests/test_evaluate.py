@@ -8,9 +8,7 @@ import pytest
 pytest.importorskip("scipy")
 pytest.importorskip("torch")
 
-from baselines.cli import main
-from baselines.config import TrainConfig
-from baselines.evaluate import (
+from baselines.apps.evaluate import (
     CellResult,
     EvalSettings,
     build_agent,
@@ -19,8 +17,10 @@ from baselines.evaluate import (
     run_cells,
     summarize,
 )
-from baselines.stats import pass_hat_k
-from baselines.trainer import Trainer
+from baselines.apps.stats import pass_hat_k
+from baselines.cli import main
+from baselines.training.config import TrainConfig
+from baselines.training.trainer import Trainer
 from scope_envs.core.registration import find_env
 
 ENV = "PersuasionActs"
@@ -84,7 +84,7 @@ def test_trained_runs_play_as_agents_and_their_pools_as_simulators(tmp_path):
     evaluate(SETTINGS, [str(run), "linear"], ["vs:family:0@3", str(run), f"pool:{run}"], out, progress=False)
     summary = json.loads((out / "evaluation.json").read_text())
     simulators = {c["simulator"] for c in summary["cells"]}
-    assert {"vs5(family:0@3)", "population-run:user", "population-run@0", "population-run@2"} <= simulators
+    assert {"vs:family:0@3", "population-run:user", "population-run@0", "population-run@2"} <= simulators
     assert {c["agent"] for c in summary["cells"]} == {"population-run", "linear"}
 
 
@@ -92,7 +92,7 @@ def test_paired_comparisons_are_corrected_over_the_pairs():
     rng = np.random.default_rng(0)
 
     def cell(agent, p):
-        from baselines.evaluate import CellResult
+        from baselines.apps.evaluate import CellResult
 
         return CellResult(agent, "sim", [f"t{i}" for i in range(40)], (rng.random((40, 2)) < p).tolist(), [[0, 0]] * 40)
 
@@ -137,7 +137,7 @@ def test_the_command_writes_the_table_the_heatmap_and_the_tests(tmp_path, capsys
     )
     assert code == 0
     printed = capsys.readouterr().out
-    assert "Paired comparisons" in printed and "vs3(family:0@3)" in printed
+    assert "Paired comparisons" in printed and "vs3:family:0@3" in printed
     assert {p.name for p in tmp_path.iterdir()} >= {"evaluation.md", "evaluation.json", "heatmap.png", "cells"}
 
 
@@ -164,7 +164,7 @@ def test_the_panel_leaves_out_the_simulators_a_run_trained_against(tmp_path):
     evaluate(SETTINGS, [str(run), "linear"], simulators, out, progress=False)
     summary = json.loads((out / "evaluation.json").read_text())
     trained = summary["agents"]["single-run"]
-    assert trained["training"] == ["family:0@3", "vs3(family:0@3)"]
+    assert trained["training"] == ["family:0@3", "vs3:family:0@3"]
     assert trained["held_out"] == ["family:100", "family:101"]
     cells = {
         (c["agent"], c["simulator"]): c for c in (json.loads(p.read_text()) for p in (out / "cells").glob("*.json"))
@@ -176,9 +176,9 @@ def test_the_panel_leaves_out_the_simulators_a_run_trained_against(tmp_path):
     [comparison] = summary["comparisons"]
     assert comparison["simulators"] == ["family:100", "family:101"], "pairs compare on what both were not trained on"
     marked = {(c["agent"], c["simulator"]) for c in summary["cells"] if c["training"]}
-    assert marked == {("single-run", "family:0@3"), ("single-run", "vs3(family:0@3)")}
+    assert marked == {("single-run", "family:0@3"), ("single-run", "vs3:family:0@3")}
     text = (out / "evaluation.md").read_text()
-    assert "(T)" in text and "| family:0@3, vs3(family:0@3) |" in text
+    assert "(T)" in text and "| family:0@3, vs3:family:0@3 |" in text
 
 
 def test_a_run_trained_on_the_whole_panel_has_no_held_out_panel():

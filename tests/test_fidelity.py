@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("scipy")
 
+from baselines.apps.fidelity import fidelity_report
 from baselines.cli import main
-from baselines.fidelity import fidelity_report
 from scope_envs.core.agreement import tagger_quality
 from scope_envs.p4g.env import P4GEnv
 from scope_envs.p4g.human import (

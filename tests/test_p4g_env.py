@@ -168,7 +168,7 @@ def test_scripted_episodes_are_reproducible(corpus_env):
 def test_the_scripted_persuadee_refuses_only_when_asked_and_never_refuses_then_gives():
     """`scope play P4G --episodes 2`: the persuader's "I'm donating part of mine as well" asked for
     nothing, yet the persuadee answered "I won't donate this time", then gave $0.65 a turn later."""
-    from scope_envs.core.batch import run_episodes
+    from scope_envs.core.episodes import run_episodes
     from scope_envs.p4g.scripted import asks_for_donation
 
     refusals = ("I won't donate", "I don't think I can spare", "I'd rather keep")

@@ -9,11 +9,11 @@ import pytest
 from fastapi.testclient import TestClient
 from people_helpers import LOOPBACK, SHARED_P4G, VS_OPPONENT
 
-from baselines.people.api_models import MAX_TEXT, ServerSettings
-from baselines.people.app import create_app
-from baselines.people.commands import check_bind
-from baselines.people.records import read_records
-from baselines.people.study import StudyConfig
+from baselines.apps.people.api_models import MAX_TEXT, ServerSettings
+from baselines.apps.people.app import create_app
+from baselines.apps.people.commands import check_bind
+from baselines.apps.people.study import StudyConfig
+from baselines.training.records import read_records
 
 P4G_TASKS = ["20180527-123001_539_live", "20180527-210026_713_live"]
 P4G_ARGS = {"P4G": {"persona_source": str(SHARED_P4G), "exchanges": 2}}

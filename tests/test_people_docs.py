@@ -12,8 +12,8 @@ import pytest
 import yaml
 from people_helpers import REPO, SHARED_P4G, free_port, wait_for_port
 
+from baselines.apps.people.study import StudyConfig
 from baselines.cli import main
-from baselines.people.study import StudyConfig
 
 DOCS = sorted((REPO / "docs" / "people").glob("*.md"))
 BLOCK = re.compile(r"```(\w*)\n(.*?)```", re.S)
@@ -84,8 +84,8 @@ def test_a_broken_study_file_is_one_line_naming_the_file_and_line(tmp_path, caps
 
 
 def test_serve_says_when_an_env_falls_back_and_leaves_code_running_envs_out(no_corpus):
-    from baselines.people.api_models import ServerSettings
-    from baselines.people.commands import check_envs
+    from baselines.apps.people.api_models import ServerSettings
+    from baselines.apps.people.commands import check_envs
 
     settings = ServerSettings()
     notes = check_envs(settings)
@@ -94,8 +94,8 @@ def test_serve_says_when_an_env_falls_back_and_leaves_code_running_envs_out(no_c
 
 
 def test_a_named_env_whose_data_is_missing_is_refused_at_startup(tmp_path, monkeypatch):
-    from baselines.people.api_models import ServerSettings
-    from baselines.people.commands import check_envs
+    from baselines.apps.people.api_models import ServerSettings
+    from baselines.apps.people.commands import check_envs
 
     monkeypatch.delenv("SCOPE_COOPERBENCH_DATA", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

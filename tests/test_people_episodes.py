@@ -7,10 +7,10 @@ import json
 import pytest
 from people_helpers import train_tiny_run
 
+from baselines.apps.people.export import export_episodes
 from baselines.cli import main
-from baselines.people.episode_store import EPISODES_FILE, choose
-from baselines.people.export import export_episodes
-from baselines.people.records import read_records
+from baselines.training.episodes import EPISODES_FILE, choose
+from baselines.training.records import read_records
 
 
 @pytest.fixture(scope="module")
@@ -23,9 +23,9 @@ def test_training_saves_a_seeded_sample_of_each_step_with_roles_rewards_and_vs_c
     assert [r.step for r in records] == [1, 1, 1, 2, 2, 2]  # save_episodes per step, beside metrics.jsonl
     for record in records:
         assert record.source == "train" and record.env == "P4G" and record.players["agent"] == "trained"
-        spec = "vs(scripted:people_helpers:VerbalizingPersuadee, k=5)"  # the run's config, not a label
+        spec = "vs5:scripted:people_helpers:VerbalizingPersuadee"  # the run's config, not a label
         assert record.simulator == spec and set(record.reward_info) == {"agent", "user"}
-        assert record.players["user"] == "vs(scripted:people_helpers:VerbalizingPersuadee, k=5)"
+        assert record.players["user"] == "vs5:scripted:people_helpers:VerbalizingPersuadee"
         assert "components" in record.reward_info["agent"] and record.end_reason
         sides = [entry["side"] for entry in record.log]
         assert sides[:2] == ["agent", "user"] and len(sides) == record.turns
@@ -55,11 +55,11 @@ def test_export_hf_loads_back_with_load_from_disk(run_dir, tmp_path, capsys):
     assert row["agent_messages"][0]["role"] == "system"
     assert [m["content"] for m in row["agent_messages"]] == [m["content"] or "" for m in records[0].messages["agent"]]
     assert json.loads(row["agent_components"]) == records[0].reward_info["agent"]["components"]
-    assert row["simulator"] == "vs(scripted:people_helpers:VerbalizingPersuadee, k=5)"
+    assert row["simulator"] == "vs5:scripted:people_helpers:VerbalizingPersuadee"
 
 
 def test_episodes_saved_with_an_opponent_label_are_named_by_the_runs_config(run_dir, tmp_path):
-    from baselines.people.episode_store import read_run_episodes
+    from baselines.apps.people.episode_store import read_run_episodes
 
     old = tmp_path / "old_run"
     old.mkdir()
@@ -67,7 +67,7 @@ def test_episodes_saved_with_an_opponent_label_are_named_by_the_runs_config(run_
     lines = [json.loads(line) for line in (run_dir / EPISODES_FILE).read_text().splitlines()]
     (old / EPISODES_FILE).write_text("".join(json.dumps({**r, "simulator": "simulator0"}) + "\n" for r in lines))
     simulators = {r["simulator"] for r in read_run_episodes(old)}
-    assert simulators == {"vs(scripted:people_helpers:VerbalizingPersuadee, k=5)"}
+    assert simulators == {"vs5:scripted:people_helpers:VerbalizingPersuadee"}
 
 
 def test_export_jsonl_round_trips_and_refuses_to_overwrite(run_dir, tmp_path):
@@ -80,8 +80,8 @@ def test_export_jsonl_round_trips_and_refuses_to_overwrite(run_dir, tmp_path):
 
 
 def test_a_resumed_run_keeps_only_the_episodes_of_its_checkpointed_steps(tmp_path):
-    from baselines.people.episode_store import _prepare
-    from baselines.people.records import EpisodeRecord, append_records
+    from baselines.training.episodes import prepare_episodes_file
+    from baselines.training.records import EpisodeRecord, append_records
 
     path = tmp_path / EPISODES_FILE
     base = dict(
@@ -98,14 +98,7 @@ def test_a_resumed_run_keeps_only_the_episodes_of_its_checkpointed_steps(tmp_pat
     )
     append_records(path, [EpisodeRecord(**base, step=step) for step in (1, 2, 3)])
 
-    class Resumed:
-        step = 2
-
-    _prepare(Resumed(), path)
+    prepare_episodes_file(path, 2)  # resumed from the checkpoint of step 2
     assert [r.step for r in read_records(path)] == [1, 2]
-
-    class Fresh:
-        step = 0
-
-    _prepare(Fresh(), path)
+    prepare_episodes_file(path, 0)  # a fresh start
     assert not path.exists()

@@ -14,11 +14,11 @@ import pytest
 from fastapi.testclient import TestClient
 from people_helpers import LOOPBACK, SHARED_P4G, ThreadServer
 
-from baselines.people.api_models import ServerSettings
-from baselines.people.app import create_app
-from baselines.people.commands import check_bind
-from baselines.people.play_api import code_running_warning, offered_envs
-from baselines.people.records import read_records
+from baselines.apps.people.api_models import ServerSettings
+from baselines.apps.people.app import create_app
+from baselines.apps.people.commands import check_bind
+from baselines.apps.people.play_api import code_running_warning, offered_envs
+from baselines.training.records import read_records
 
 P4G_ARGS = {"P4G": {"persona_source": str(SHARED_P4G), "exchanges": 2}}
 FAILING = "scripted:people_helpers:FailingPersuadee"

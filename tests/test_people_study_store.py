@@ -12,11 +12,11 @@ import pytest
 from fastapi.testclient import TestClient
 from people_helpers import LOOPBACK, SHARED_P4G
 
-from baselines.people.api_models import ServerSettings
-from baselines.people.app import create_app
-from baselines.people.game import GameSettings, HumanGame
-from baselines.people.storage import StudyStore
-from baselines.people.study import StudyConfig
+from baselines.apps.people.api_models import ServerSettings
+from baselines.apps.people.app import create_app
+from baselines.apps.people.game import GameSettings, HumanGame
+from baselines.apps.people.storage import StudyStore
+from baselines.apps.people.study import StudyConfig
 
 TASKS = ["20180527-123001_539_live", "20180527-210026_713_live"]
 

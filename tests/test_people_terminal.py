@@ -12,7 +12,7 @@ import time
 
 from people_helpers import REPO, SHARED_P4G
 
-from baselines.people.records import read_records
+from baselines.training.records import read_records
 
 
 class Terminal:

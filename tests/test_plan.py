@@ -12,9 +12,7 @@ import torch
 from memory_helpers import saved_activations
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-from baselines.cli import main
-from baselines.config import load_config, shipped_configs
-from baselines.plan import (
+from baselines.apps.plan import (
     GB,
     KNOWN_ARCHITECTURES,
     LINEAR_MODULES,
@@ -24,6 +22,8 @@ from baselines.plan import (
     lora_parameters,
     plan,
 )
+from baselines.cli import main
+from baselines.training.config import load_config, shipped_configs
 
 # the model cards' "Number of Parameters" and "(Non-Embedding)", in billions, as rounded there
 PUBLISHED = {

@@ -14,9 +14,9 @@ pytest.importorskip("peft")
 
 from memory_helpers import peak_bytes, saved_activations  # noqa: E402
 
-from baselines.config import load_config  # noqa: E402
-from baselines.plan import plan  # noqa: E402
-from baselines.policy import build_policy  # noqa: E402
+from baselines.apps.plan import plan  # noqa: E402
+from baselines.training.config import load_config  # noqa: E402
+from baselines.training.policy import build_policy  # noqa: E402
 
 BATCH, LENGTH = 2, 96
 LORA = "lora={r: 8, lora_alpha: 16, target_modules: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]}"
@@ -154,7 +154,7 @@ def test_the_attention_mask_transformers_hands_sdpa_and_the_copies_it_keeps(plan
 
 
 def test_the_plan_states_its_sequence_cap(planned_and_policy):
-    from baselines.plan import format_plan
+    from baselines.apps.plan import format_plan
 
     planned, _, config = planned_and_policy
     text = format_plan(planned)

@@ -10,9 +10,9 @@ torch = pytest.importorskip("torch")
 import torch.multiprocessing as mp  # noqa: E402
 from test_acts_training import ACTS  # noqa: E402
 
-from baselines.config import load_config  # noqa: E402
 from baselines.distributed.data_parallel import DataParallel  # noqa: E402
-from baselines.trainer import Trainer  # noqa: E402
+from baselines.training.config import load_config  # noqa: E402
+from baselines.training.trainer import Trainer  # noqa: E402
 
 GROUPS = 4
 # 16 samples in micro-batches of 5: ranks get two (5 + 5) and two (5 + 1); no clipping, so the

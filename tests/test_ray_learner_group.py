@@ -23,9 +23,9 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from test_training import TINY  # noqa: E402
 
-from baselines.config import load_config  # noqa: E402
 from baselines.distributed.learner_group import LearnerGroup, LearnerRankLost, rank_bundle, train_on_ray  # noqa: E402
-from baselines.trainer import Trainer  # noqa: E402
+from baselines.training.config import load_config  # noqa: E402
+from baselines.training.trainer import Trainer  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 # population co-training of two tiny language models; 3 groups of a step split 2 + 1 over the ranks,

@@ -23,9 +23,9 @@ torch = pytest.importorskip("torch")
 from ray.cluster_utils import Cluster  # noqa: E402
 from test_acts_training import ACTS, history, run_cli  # noqa: E402
 
-from baselines.config import load_config  # noqa: E402
 from baselines.distributed.ray_rollout import RayRollout  # noqa: E402
-from baselines.trainer import Trainer  # noqa: E402
+from baselines.training.config import load_config  # noqa: E402
+from baselines.training.trainer import Trainer  # noqa: E402
 from scope_envs.core.async_rollout import collect_async  # noqa: E402
 from scope_envs.core.failpoints import ENV_VAR  # noqa: E402
 from scope_envs.core.rollout import RolloutGroup, collect_chat  # noqa: E402

@@ -26,7 +26,7 @@ def test_the_training_quick_start_runs_in_order_without_a_refusal():
     """Each `scope train` of docs/training.md's quick start, run in order after the ones before it:
     a command that starts a different run in a folder another left a run in is refused, so each
     fresh run (no --resume, no --overwrite) differing from an earlier one has a folder of its own."""
-    from baselines.config import dump_config, load_config
+    from baselines.training.config import dump_config, load_config
 
     block = re.findall(r"```bash\n(.*?)```", (ROOT / "docs" / "training.md").read_text(), re.DOTALL)[0]
     runs: dict[str, str] = {}

@@ -8,7 +8,7 @@ pytest.importorskip("torch")
 
 from helpdesk_env import HelpdeskEnv, ScriptedCustomer
 
-from baselines.policy import build_policy
+from baselines.training.policy import build_policy
 from scope_envs.core.chat import ToolCall
 from scope_envs.core.dialogue import AGENT, USER
 from scope_envs.core.policy import Reply

@@ -11,8 +11,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("openai")
 
 from baselines.cli import main  # noqa: E402
-from baselines.config import load_config  # noqa: E402
-from baselines.trainer import Trainer  # noqa: E402
+from baselines.training.config import load_config  # noqa: E402
+from baselines.training.trainer import Trainer  # noqa: E402
 
 KEY = "sk-test-secret-0123456789"
 ACTS = [  # the act-level testbed: checkpoints like a language model's, steps in milliseconds
@@ -115,7 +115,7 @@ def reshape(checkpoint):
 
 def reshape_and_resign(checkpoint):
     """Wrong shapes under a manifest that vouches for them: only loading finds the damage."""
-    from baselines.checkpoints import write_checkpoint_manifest
+    from baselines.training.checkpoints import write_checkpoint_manifest
 
     reshape(checkpoint)
     (checkpoint / "manifest.json").unlink()

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("scipy")
 
-from baselines.stats import (
+from baselines.apps.stats import (
     bootstrap_interval,
     flip_rate,
     holm,

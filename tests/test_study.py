@@ -8,9 +8,9 @@ import pytest
 pytest.importorskip("scipy")
 pytest.importorskip("torch")
 
-from baselines import study
-from baselines.demo import DemoSettings
-from baselines.study import Cell
+from baselines.apps import study
+from baselines.apps.demo import DemoSettings
+from baselines.apps.study import Cell
 
 
 def write_final(out, cell, arm, seed, success, commit="abc"):

@@ -13,10 +13,10 @@ pytest.importorskip("peft")
 
 from training_helpers import TINY_P4G  # noqa: E402
 
-from baselines.config import load_config  # noqa: E402
-from baselines.loss import LossConfig, policy_loss  # noqa: E402
-from baselines.policy import LMPolicy  # noqa: E402
-from baselines.trainer import Trainer  # noqa: E402
+from baselines.training.config import load_config  # noqa: E402
+from baselines.training.loss import LossConfig, policy_loss  # noqa: E402
+from baselines.training.policy import LMPolicy  # noqa: E402
+from baselines.training.trainer import Trainer  # noqa: E402
 from scope_envs.core.dialogue import AGENT, USER  # noqa: E402
 from sims.hf_backend import HFSimulator  # noqa: E402
 from sims.opponents import LIVE, Population  # noqa: E402

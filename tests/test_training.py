@@ -15,8 +15,8 @@ torch = pytest.importorskip("torch")
 from training_helpers import TINY_P4G  # noqa: E402
 
 from baselines.cli import main  # noqa: E402
-from baselines.config import load_config, shipped_configs  # noqa: E402
-from baselines.traces import SideTrace  # noqa: E402
+from baselines.training.config import load_config, shipped_configs  # noqa: E402
+from baselines.training.traces import SideTrace  # noqa: E402
 from scope_envs.p4g import P4GEnv  # noqa: E402
 from scope_envs.p4g.scripted import ScriptedPersuadee  # noqa: E402
 from sims.hf_backend import HFSimulator  # noqa: E402
@@ -75,7 +75,7 @@ def test_token_in_token_out_sequence():
 
 
 def test_training_logprobs_equal_the_sampled_ones():
-    from baselines.policy import LMPolicy
+    from baselines.training.policy import LMPolicy
 
     trace, _, _, simulator = play(return_simulator=True)
     (sample,) = trace.samples()
@@ -273,9 +273,9 @@ def test_cotrain_each_simulator_reward(tmp_path, reward):
 
 
 def test_each_side_trains_only_on_its_own_tokens(tmp_path):
-    from baselines.config import load_config
-    from baselines.loss import policy_loss
-    from baselines.trainer import Trainer
+    from baselines.training.config import load_config
+    from baselines.training.loss import policy_loss
+    from baselines.training.trainer import Trainer
 
     trainer = Trainer(
         load_config(
@@ -354,7 +354,7 @@ def test_rollout_benchmark_runs():
 
 
 def test_vllm_generation_is_validated_and_skips_cleanly_without_cuda(tmp_path):
-    from baselines.trainer import Trainer
+    from baselines.training.trainer import Trainer
     from sims.vllm_backend import vllm_available
 
     with pytest.raises(ValueError, match="LoRA adapter"):
@@ -371,7 +371,7 @@ def test_vllm_generation_is_validated_and_skips_cleanly_without_cuda(tmp_path):
     )
     if vllm_available()[0]:
         pytest.skip("a CUDA device with vLLM is here: the GPU run covers this path")
-    from baselines.vllm_engine import VLLMGeneration
+    from baselines.training.vllm_engine import VLLMGeneration
 
     with pytest.raises(ImportError, match="generation_engine 'vllm'"):
         VLLMGeneration("some/model", adapter_dir=tmp_path, temperature=1.0, max_new_tokens=8)

@@ -15,10 +15,10 @@ pytest.importorskip("peft")
 
 from training_helpers import TINY_P4G  # noqa: E402
 
-from baselines.config import load_config  # noqa: E402
-from baselines.plan import plan  # noqa: E402
-from baselines.policy import LMPolicy  # noqa: E402
-from baselines.trainer import Trainer  # noqa: E402
+from baselines.apps.plan import plan  # noqa: E402
+from baselines.training.config import load_config  # noqa: E402
+from baselines.training.policy import LMPolicy  # noqa: E402
+from baselines.training.trainer import Trainer  # noqa: E402
 from scope_envs.core.dialogue import AGENT  # noqa: E402
 from sims.hf_backend import HFSimulator  # noqa: E402
 from sims.testing import tiny_chat_model  # noqa: E402
@@ -192,7 +192,7 @@ def test_a_checkpoint_restores_the_cuda_generators(tmp_path):
 
 
 def test_served_adapter_folders_keep_the_last_two_versions(tmp_path):
-    from baselines.vllm_engine import ServedAdapters  # testable without vLLM: the folders only
+    from baselines.training.vllm_engine import ServedAdapters  # testable without vLLM: the folders only
 
     model, tokenizer = tiny_chat_model(0)
     policy = LMPolicy(HFSimulator(model, tokenizer=tokenizer), lora={"r": 2, "target_modules": ["q_proj"]})

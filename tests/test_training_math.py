@@ -5,8 +5,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from baselines.advantages import RunningBaseline, curriculum_reward, dr_grpo, group_advantages, grpo  # noqa: E402
-from baselines.loss import LossConfig, policy_loss  # noqa: E402
+from baselines.training.advantages import RunningBaseline, curriculum_reward, dr_grpo, group_advantages, grpo  # noqa: E402
+from baselines.training.loss import LossConfig, policy_loss  # noqa: E402
 
 REWARDS = np.array([1.0, 0.0, 0.5, 0.5])
 

@@ -27,10 +27,10 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from baselines.config import TrainConfig
 from baselines.distributed.cluster import connect
 from baselines.distributed.data_parallel import DataParallel
-from baselines.trainer import RunError, Trainer
+from baselines.training.config import TrainConfig
+from baselines.training.trainer import RunError, Trainer
 
 PLACEMENT_TIMEOUT_S = 120.0
 DEATH_GRACE_S = 5.0  # after a rank's error, how long to look for a rank that died and caused it

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from baselines.distributed.rollout_worker import EnvSource, RolloutWorker
+from baselines.training.rollouts import DEFAULT_ROLLOUT
 from scope_envs.core.batch import TracedPolicy
 from scope_envs.core.dialogue import DialogueEnv
 from scope_envs.core.rollout import Episode, Rollout, RolloutGroup
@@ -38,15 +39,17 @@ class RayRollout:
         *,
         local: Rollout,
         workers: int = 2,
-        rollout: str = "async",
+        rollout: str = DEFAULT_ROLLOUT,
         groups_per_task: int = 1,
+        observe: bool = False,
         cpus_per_worker: float = 1.0,
         max_restarts: int = 3,
         max_task_retries: int = 3,
         worker_options: Sequence[dict[str, Any]] = (),
     ) -> None:
         """`worker_options[i]` are extra Ray actor options of worker i (e.g. a node's resource,
-        or a scheduling strategy); Ray must be connected (`baselines.distributed.cluster.connect`)."""
+        or a scheduling strategy); `observe`: the workers keep each episode's conversation
+        (`baselines.training.episodes.observed`); Ray must be connected (`baselines.distributed.cluster.connect`)."""
         import ray
 
         if workers < 1 or groups_per_task < 1:
@@ -60,7 +63,7 @@ class RayRollout:
                 max_restarts=max_restarts,
                 max_task_retries=max_task_retries,
                 **(dict(worker_options[i]) if i < len(worker_options) else {}),
-            ).remote(env, env_kwargs, rollout)
+            ).remote(env, env_kwargs, rollout, observe=observe)
             for i in range(workers)
         ]
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from scope_envs.core.async_rollout import collect_async
+from baselines.training.episodes import observed
+from baselines.training.rollouts import DEFAULT_ROLLOUT, ROLLOUTS
 from scope_envs.core.dialogue import DialogueEnv
 from scope_envs.core.registration import find_env
-from scope_envs.core.rollout import Episode, RolloutGroup, collect_chat
+from scope_envs.core.rollout import Episode, RolloutGroup
 from scope_envs.core.specs import make_policy
 
 EnvSource = str | Callable[[], DialogueEnv]
@@ -30,13 +31,26 @@ class FromSpec:
 class RolloutWorker:
     """Builds its envs from a registered env name and kwargs (or a picklable env factory) and plays
     the groups it is sent with the env's own vectorized rollout, else chat episodes (`rollout`:
-    "lockstep" or "async"). It keeps no state between calls: a restarted worker plays a group the
-    same way, since everything random in it derives from the group's seed and the task's key."""
+    "lockstep", the default everywhere, or "async"). It keeps no state between calls: a restarted
+    worker plays a group the same way, since everything random in it derives from the group's seed
+    and the task's key."""
 
-    def __init__(self, env: EnvSource, env_kwargs: dict[str, Any] | None = None, rollout: str = "async") -> None:
+    def __init__(
+        self,
+        env: EnvSource,
+        env_kwargs: dict[str, Any] | None = None,
+        rollout: str = DEFAULT_ROLLOUT,
+        *,
+        observe: bool = False,
+    ) -> None:
+        """`observe`: every episode keeps its conversation (`baselines.training.episodes.observed`), played here."""
+        if rollout not in ROLLOUTS:
+            raise ValueError(f"rollout must be one of {tuple(ROLLOUTS)}, got {rollout!r}")
         self.env, self.env_kwargs = env, dict(env_kwargs or {})
-        chat = collect_async if rollout == "async" else collect_chat
-        self.play = (find_env(env).rollout_function() if isinstance(env, str) else None) or chat
+        own = find_env(env).rollout_function() if isinstance(env, str) else None
+        self.play = own or ROLLOUTS[rollout]
+        if observe:
+            self.play = observed(self.play, chat=own is None)
         self.built: dict[FromSpec, Any] = {}
 
     def make_env(self) -> DialogueEnv:
@@ -54,8 +68,7 @@ class RolloutWorker:
         """The episodes of `groups[i]` for i in `indices`, played as one rollout whose key is
         `(*key, indices[0])`; each episode's `group` is its index in `groups`."""
         mine = [
-            RolloutGroup(groups[i].seed, {side: self.player(p) for side, p in groups[i].players.items()})
-            for i in indices
+            replace(groups[i], players={side: self.player(p) for side, p in groups[i].players.items()}) for i in indices
         ]
         episodes = self.play(self.make_env, mine, group_size=group_size, split=split, key=(*key, indices[0]))
         for episode in episodes:

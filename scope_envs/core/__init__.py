@@ -2,7 +2,7 @@
 views, batching, the rollout protocol, policy specs and the registry of environments."""
 
 from scope_envs.core.actions import ParsedAction, parse_action
-from scope_envs.core.batch import DialogueBatch, EpisodeResult, run_episodes
+from scope_envs.core.batch import DialogueBatch, EpisodeResult
 from scope_envs.core.chat import Message, ToolCall, function_tool
 from scope_envs.core.dialogue import (
     AGENT,
@@ -17,6 +17,7 @@ from scope_envs.core.dialogue import (
     other_side,
     user_reward_from,
 )
+from scope_envs.core.episodes import run_episodes
 from scope_envs.core.jsonable import jsonable
 from scope_envs.core.policy import ChatPolicy, PolicyError, Reply, Simulator, SimulatorError, Usage, run_sync
 from scope_envs.core.registration import REGISTERED, DialogueEnvInfo, find_env, register_dialogue_env, reply_rules_for

@@ -7,10 +7,8 @@ on the same side. `DialogueBatch` gives exactly that: `pending(side)` lists the 
 assignment of players to episodes, and the trainer's rollouts (`scope_envs.core.rollout`) use it
 with one set of players per group.
 
-`run_episodes` is the common case, one policy per side. When a player answers asynchronously (an
-API client), it plays each episode as its own task instead (`scope_envs.core.async_rollout`): an
-episode takes its next turn as soon as its own reply arrives, rather than each round of turns
-waiting for its slowest reply. Both give the same episodes for deterministic players.
+`scope_envs.core.episodes.run_episodes` is the common case, one policy per side, played either
+with `play` or per episode (`scope_envs.core.async_rollout`, which builds on this module).
 
 A player that keeps trajectories (`TracedPolicy`, e.g. a language model being trained) generates
 token-in, token-out: it starts a `Trace` per episode and side, which builds each prompt from the
@@ -24,9 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from scope_envs.core.dialogue import SIDES, DialogueEnv, Transition
-from scope_envs.core.policy import ChatPolicy, PolicyError, any_native_async, reply_or_error, run_beside
+from scope_envs.core.policy import ChatPolicy, PolicyError, reply_or_error
 from scope_envs.core.seeding import MAX_SEED, derive_seed
-from scope_envs.core.specs import resolve_policy
 
 
 @dataclass(frozen=True)
@@ -40,7 +37,7 @@ class Pending:
 
 
 class Trace(Protocol):
-    """One side of one episode, token-in, token-out (see `baselines.traces.SideTrace`)."""
+    """One side of one episode, token-in, token-out (see `baselines.training.traces.SideTrace`)."""
 
     def next_prompt(self, view: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None) -> list[int]: ...
 
@@ -234,58 +231,3 @@ def respond_all(policy: ChatPolicy, pending: Sequence[Pending]) -> dict[int, Any
         except PolicyError:
             pass
     return {p.index: reply_or_error(policy, p.messages, p.tools, p.seed) for p in pending}
-
-
-ROLLOUTS = ("auto", "async", "lockstep")
-
-
-def run_episodes(
-    envs: Sequence[DialogueEnv],
-    policies: Mapping[str, Any],
-    *,
-    seeds: Sequence[int | None] | int | None = None,
-    options: Sequence[Mapping[str, Any] | None] | Mapping[str, Any] | None = None,
-    progress: bool = False,
-    rollout: str = "auto",
-    in_flight: int | None = None,
-) -> list[EpisodeResult]:
-    """Plays one episode in each env to its end; `policies` maps each side to a policy or spec.
-
-    `rollout`: `"async"`, each episode as its own task; `"lockstep"`, all episodes stepped
-    together (`DialogueBatch.play`); `"auto"` (the default), async when a player answers
-    asynchronously (`any_native_async`: the API backends), else lockstep. `in_flight` bounds the
-    requests in flight per asynchronous player (default: its own `concurrency`, see
-    `scope_envs.core.async_rollout`).
-    """
-    if rollout not in ROLLOUTS:
-        raise ValueError(f"rollout must be one of {ROLLOUTS}, got {rollout!r}")
-    resolved = {side: resolve_policy(policies[side], env=envs[0], side=side) for side in SIDES}
-    batch = DialogueBatch(envs)
-    batch.reset(seeds, options)
-    bar = _progress_bar(len(envs)) if progress else None
-
-    def show_progress() -> None:
-        if bar is not None:
-            bar.update(sum(result is not None for result in batch.results) - bar.n)
-
-    def player_of(index: int, side: str) -> Any:
-        return resolved[side]
-
-    if rollout == "async" or (rollout == "auto" and any_native_async(resolved.values())):
-        from scope_envs.core.async_rollout import play_async  # it builds on this module
-
-        run_beside(
-            resolved.values(),
-            lambda: play_async(batch, player_of, after_episode=show_progress, in_flight=in_flight),
-        )
-    else:
-        batch.play(player_of, after_round=show_progress)
-    if bar is not None:
-        bar.close()
-    return [result for result in batch.results if result is not None]
-
-
-def _progress_bar(total: int) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="episodes", unit="ep")

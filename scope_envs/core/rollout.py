@@ -73,6 +73,10 @@ class Episode:
     samples: dict[str, list[Sample]]
     generated_tokens: int
     tool_errors: dict[str, int]
+    # the conversation, where an observer of the rollout kept it: log entries ({"side", "message",
+    # and what the reply carried beside it}) and each side's final view, OpenAI format
+    log: list[dict[str, Any]] | None = None
+    messages: dict[str, list[dict[str, Any]]] | None = None
 
     def success(self, side: str) -> bool:
         """The benchmark's success component for `side` where it reports one, else a full reward."""

@@ -10,25 +10,97 @@ names a backend nobody has registered yet (so `gymnasium.make(..., simulator="op
 with no other import, as long as the package that provides the backend is installed).
 
 `"scripted"` needs no registry: it is the environment's own rule-based policy for the side.
+
+Wrappers compose in front of a spec, one meaning per prefix: `"vs5:openai:gpt-5-mini"` is
+Verbalized Sampling with k = 5 around `openai:gpt-5-mini` (`"vs:..."`, the default k),
+`"persona:vs:scripted"` persona prompting around that. A wrapper is registered like a backend
+(`register_spec_wrapper`; `sims` registers `vs` and `persona`), and a spec's wrappers are peeled
+by `parse_spec`, the one parser, so `format_spec(parse_spec(s)) == s` and a label written as a
+spec builds the policy it names. Layers above add sources of their own to the same grammar
+(`pool:RUN` and run folders, in `baselines`) and apply wrappers around them with `wrap_policy`.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from scope_envs.core.scripted import FunctionSimulator
 
 ENTRY_POINT_GROUP = "scope_envs.policies"
+WRAPPER_ENTRY_POINT_GROUP = "scope_envs.policy_wrappers"
 SCRIPTED = "scripted"
 
 Factory = Callable[..., Any]
 # backend name -> factory, or "module:attribute" of a factory imported on first use (keeps optional
 # dependencies such as API clients or torch out of the import of the registry's users).
 POLICY_BACKENDS: dict[str, Factory | str] = {}
+# wrapper name -> factory(policy, parameter, **kwargs), or "module:attribute" of one
+SPEC_WRAPPERS: dict[str, Factory | str] = {}
 _entry_points_read = False
+_WRAPPER = re.compile(r"([a-z][a-z_]*?)([0-9]*)")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A parsed spec: its wrappers, outermost first, each `(name, parameter or None)`, and the
+    spec they wrap (a backend spec, or a source of a layer above such as `pool:RUN`)."""
+
+    wrappers: tuple[tuple[str, int | None], ...]
+    base: str
+
+    def __str__(self) -> str:
+        return format_spec(self)
+
+
+def parse_spec(spec: str) -> Spec:
+    """`parse_spec("vs3:family:3") == Spec((("vs", 3),), "family:3")`; a prefix is a wrapper only
+    when a wrapper of that name is registered, so backends keep every other name."""
+    split_spec(spec)  # the one check of what a spec is
+    wrappers, rest = [], spec.strip()
+    while True:
+        head, sep, tail = rest.partition(":")
+        match = _WRAPPER.fullmatch(head)
+        if sep and tail and match and match.group(1) not in SPEC_WRAPPERS:
+            _read_entry_points()  # a wrapper of a package nobody imported yet
+        if not (sep and tail and match and match.group(1) in SPEC_WRAPPERS):
+            break
+        wrappers.append((match.group(1), int(match.group(2)) if match.group(2) else None))
+        rest = tail
+    return Spec(tuple(wrappers), rest)
+
+
+def format_spec(spec: Spec) -> str:
+    """The spec string of a parsed spec (the inverse of `parse_spec`)."""
+    prefix = "".join(f"{name}{'' if parameter is None else parameter}:" for name, parameter in spec.wrappers)
+    return prefix + spec.base
+
+
+def wrapped(name: str, spec: str, parameter: int | None = None) -> str:
+    """The spec of `spec` wrapped in `name` (`wrapped("vs", "scripted", 5) == "vs5:scripted"`)."""
+    inner = parse_spec(spec)
+    return format_spec(Spec(((name, parameter), *inner.wrappers), inner.base))
+
+
+def register_spec_wrapper(name: str, factory: Factory | str) -> None:
+    """Makes `make_policy("<name>[K]:<spec>")` call `factory(policy_of_spec, K or None)`."""
+    if not re.fullmatch(r"[a-z][a-z_]*", name):
+        raise ValueError(f"a wrapper name is a lower-case word, got {name!r}")
+    SPEC_WRAPPERS[name] = factory
+
+
+def wrap_policy(policy: Any, wrappers: tuple[tuple[str, int | None], ...]) -> Any:
+    """`policy` inside `wrappers` (outermost first, as `Spec.wrappers` lists them)."""
+    for name, parameter in reversed(wrappers):
+        factory = SPEC_WRAPPERS[name]
+        if isinstance(factory, str):
+            factory = import_object(factory)
+        policy = factory(policy, parameter)
+    return policy
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -65,8 +137,12 @@ def make_policy(spec: str, *, env: Any = None, side: str | None = None, **kwargs
 
     * `"scripted"`: the environment's own rule-based policy for `side` (needs `env` and `side`);
     * `"scripted:package.module:Class"`: that class, built with `kwargs`;
-    * `"<backend>:<argument>"` for every registered backend (`policy_backends()`).
+    * `"<backend>:<argument>"` for every registered backend (`policy_backends()`);
+    * any of them behind registered wrappers, `"vs5:<spec>"` (see `parse_spec`).
     """
+    parsed = parse_spec(spec)
+    if parsed.wrappers:
+        return wrap_policy(make_policy(parsed.base, env=env, side=side, **kwargs), parsed.wrappers)
     backend, argument = split_spec(spec)
     if backend == SCRIPTED:
         return _scripted(argument, env=env, side=side, **kwargs)
@@ -119,3 +195,5 @@ def _read_entry_points() -> None:
     _entry_points_read = True
     for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         POLICY_BACKENDS.setdefault(entry.name, entry.value)
+    for entry in importlib.metadata.entry_points(group=WRAPPER_ENTRY_POINT_GROUP):
+        SPEC_WRAPPERS.setdefault(entry.name, entry.value)

@@ -6,7 +6,7 @@ tokens of training samples; `trainable_parameters()` are what its optimizer upda
 `freeze_reference()` / `reference_logprobs(samples)` give the initial policy of a KL penalty.
 `LMPolicy` provides them for a transformers causal LM (full fine-tuning or LoRA through peft); any
 other policy with the same methods (such as the linear policies over discrete acts of
-`baselines.act_policy`) trains with the same code.
+`baselines.training.act_policy`) trains with the same code.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from baselines.traces import SideTrace
+from baselines.training.traces import SideTrace
 from scope_envs.core.policy import ContextFull, Reply
 from scope_envs.core.rollout import Sample
 from scope_envs.core.specs import split_spec
@@ -354,10 +354,10 @@ def build_policy(
 ) -> Any:
     """A language model: `tiny` (a random model for tests), `smollm2`, `hf:MODEL_OR_PATH`; otherwise
     a linear act policy for envs with discrete acts: `linear`, or the spec of a linear policy to
-    start from (see `baselines.act_policy`). See `LMPolicy` for the precision and memory settings."""
+    start from (see `baselines.training.act_policy`). See `LMPolicy` for the precision and memory settings."""
     backend, argument = split_spec(spec)
     if backend not in LANGUAGE_MODELS:
-        from baselines.act_policy import build_act_policy
+        from baselines.training.act_policy import build_act_policy
 
         return build_act_policy(spec, env=env, side=side, temperature=temperature)
     kwargs: dict[str, Any] = {"temperature": temperature, "max_new_tokens": max_new_tokens, "device": device}

@@ -14,23 +14,20 @@ replays a game exactly.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from baselines.people.records import EpisodeRecord, log_entries
+from baselines.training.episodes import ReplyRecorder, view_key
+from baselines.training.records import EpisodeRecord, log_entries
 from scope_envs.core.batch import play_turn
 from scope_envs.core.chat import Message, ToolCall, tool_name
 from scope_envs.core.dialogue import SIDES, DialogueEnv, other_side
-from scope_envs.core.policy import Reply
 from scope_envs.core.registration import find_env
 from scope_envs.core.seeding import derive_seed
 from scope_envs.core.specs import resolve_policy
 from scope_envs.core.tools import validate_arguments
-from sims.verbalized import VerbalizedSampling
-from sims.wrapper import SimulatorWrapper
 
 HUMAN = "human"
 OPPONENT_ERROR = "opponent_error"  # the end reason of an episode whose opponent failed
@@ -41,57 +38,9 @@ class InvalidMove(ValueError):
     """A person's turn that is refused before it reaches the env (nothing changes)."""
 
 
-class ReplyRecorder(SimulatorWrapper):
-    """Passes replies through and keeps the Verbalized Sampling candidates of each, by the view it answered."""
-
-    def __init__(self, simulator: Any) -> None:
-        super().__init__(simulator)
-        self.candidates: dict[str, dict[str, Any]] = {}
-
-    def respond(self, messages: Any, tools: Any = None, *, seed: int | None = None) -> Reply:
-        reply = super().respond(messages, tools, seed=seed)
-        self._keep(messages, reply)
-        return reply
-
-    def respond_batch(self, batch: Sequence[Any], tools: Any = None, *, seeds: Any = None) -> list[Reply]:
-        replies = super().respond_batch(batch, tools, seeds=seeds)
-        for messages, reply in zip(batch, replies, strict=True):
-            self._keep(messages, reply)
-        return replies
-
-    def _keep(self, messages: Any, reply: Reply) -> None:
-        if "vs_candidates" in reply.metadata:
-            self.candidates[view_key(messages)] = {
-                "candidates": list(reply.metadata["vs_candidates"]),
-                "probabilities": list(reply.metadata.get("vs_probabilities", [])),
-            }
-
-
-def view_key(messages: Sequence[Any]) -> str:
-    """A key for a view (OpenAI dicts or `Message`s), the same for equal views."""
-    dicts = [m.to_openai() if isinstance(m, Message) else dict(m) for m in messages]
-    return json.dumps(dicts, sort_keys=True, ensure_ascii=False, default=str)
-
-
-def vs_annotations(env: DialogueEnv, side: str, recorder: ReplyRecorder) -> dict[int, dict[str, Any]]:
-    """Log position -> VS candidates for `side`'s replies in `env`'s finished conversation: the
-    k-th assistant message of the side's view is its k-th assistant entry in the log."""
-    view = env.view(side)
-    positions = [i for i, (speaker, message) in enumerate(env.log) if speaker == side and message.role == "assistant"]
-    found, k = {}, 0
-    for j, message in enumerate(view):
-        if message.role != "assistant":
-            continue
-        if k < len(positions) and (vs := recorder.candidates.get(view_key(view[:j]))) is not None:
-            found[positions[k]] = vs
-        k += 1
-    return found
-
-
-def build_opponent(spec: str, env: DialogueEnv, side: str, k: int = 5) -> Any:
-    """A policy from a spec; `vs:SPEC` wraps SPEC's policy in Verbalized Sampling (k candidates)."""
-    if spec.startswith("vs:"):
-        return VerbalizedSampling(resolve_policy(spec[3:], env=env, side=side), k=k)
+def build_opponent(spec: str, env: DialogueEnv, side: str) -> Any:
+    """A policy from a spec of the one grammar (`scope_envs.core.specs`: `vs:SPEC` is Verbalized
+    Sampling around SPEC's policy, as everywhere)."""
     return resolve_policy(spec, env=env, side=side)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from baselines.people.study import StudyConfig
+from baselines.apps.people.study import StudyConfig
 
 MAX_TEXT = 4000
 MAX_ARGUMENTS_JSON = 8000

@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from baselines.arguments import add_env_arg, env_kwargs_of, per_env_kwargs_of
+
 COMMANDS = ("serve", "view", "study", "export")
 TOKEN_VARIABLE = "SCOPE_SERVE_TOKEN"
 
@@ -62,13 +64,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="an env offered to players; repeatable (default: every env whose tools run no code; "
         "an env that runs code is offered only when named here, never with --public)",
     )
-    serve.add_argument(
-        "--env-arg",
-        action="append",
-        default=[],
-        metavar="ENV:KEY=VALUE",
-        help="a constructor argument of one env, e.g. MyEnv:max_turns=10; repeatable",
-    )
+    add_env_arg(serve, per_env=True)
     serve.add_argument("--study", default=None, help="a study file (YAML): serve it at /study")
     serve.add_argument("--study-db", default=None, help="the study's SQLite file (default: STUDY.sqlite)")
     serve.add_argument("--save", default="play_episodes.jsonl", help="JSONL file finished games are added to")
@@ -111,9 +107,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _play(args: argparse.Namespace) -> int:
-    from baselines.cli import _key_value
-    from baselines.people.game import GameSettings
-    from baselines.people.terminal import play_in_terminal
+    from baselines.apps.people.game import GameSettings
+    from baselines.apps.people.terminal import play_in_terminal
 
     settings = GameSettings(
         args.env,
@@ -122,7 +117,7 @@ def _play(args: argparse.Namespace) -> int:
         args.seed,
         args.task_id,
         args.split,
-        dict(_key_value(item) for item in args.env_arg),
+        env_kwargs_of(args),
     )
     return play_in_terminal(settings, args.save)
 
@@ -178,7 +173,7 @@ def check_envs(settings: object) -> list[str]:
     operator: what was left out, what each env warned about (data it fell back from)."""
     import warnings
 
-    from baselines.people.play_api import code_running_warning, offered_envs
+    from baselines.apps.people.play_api import code_running_warning, offered_envs
     from scope_envs.core.registration import find_env
 
     notes, kept = [], []
@@ -204,21 +199,14 @@ def check_envs(settings: object) -> list[str]:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from baselines.cli import _key_value
-    from baselines.people.api_models import ServerSettings, opponent_labels
-    from baselines.people.app import create_app
-    from baselines.people.study import load_study
-    from baselines.people.study_api import participant_links
+    from baselines.apps.people.api_models import ServerSettings, opponent_labels
+    from baselines.apps.people.app import create_app
+    from baselines.apps.people.study import load_study
+    from baselines.apps.people.study_api import participant_links
 
     token = args.token or os.environ.get(TOKEN_VARIABLE)
     check_bind(args.host, args.public, token)
-    env_kwargs: dict[str, dict[str, object]] = {}
-    for item in args.env_arg:
-        env, sep, rest = item.partition(":")
-        if not sep:
-            raise ValueError(f"--env-arg expects ENV:KEY=VALUE, got {item!r}")
-        key, value = _key_value(rest)
-        env_kwargs.setdefault(env, {})[key] = value
+    env_kwargs = per_env_kwargs_of(args)
     study = load_study(args.study) if args.study else None
     if study is not None and args.env is None:  # a study's server offers its env, as the study sets it
         args.env = [study.env]
@@ -250,9 +238,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _view(args: argparse.Namespace) -> int:
-    from baselines.people.api_models import ServerSettings
-    from baselines.people.app import create_app
-    from baselines.people.episode_store import read_run_episodes
+    from baselines.apps.people.api_models import ServerSettings
+    from baselines.apps.people.app import create_app
+    from baselines.apps.people.episode_store import read_run_episodes
 
     token = args.token or os.environ.get(TOKEN_VARIABLE)
     check_bind(args.host, args.public, token)
@@ -268,7 +256,7 @@ def _view(args: argparse.Namespace) -> int:
 
 
 def _study_export(args: argparse.Namespace) -> int:
-    from baselines.people.export import write_study_results
+    from baselines.apps.people.export import write_study_results
 
     out, summary = write_study_results(args.db, args.out)
     print(f"episodes: {out}\nper condition: {out.with_suffix('.summary.csv')}")
@@ -281,9 +269,9 @@ def _study_export(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from baselines.people.export import export_episodes
+    from baselines.apps.people.export import export_episodes
 
     count = export_episodes(args.source, args.out, args.format)
-    loader = "datasets.load_from_disk" if args.format == "hf" else "baselines.people.records.read_records"
+    loader = "datasets.load_from_disk" if args.format == "hf" else "baselines.training.records.read_records"
     print(f"{count} episodes written to {args.out} (load with {loader})")
     return 0

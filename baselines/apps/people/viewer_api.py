@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query
 
-from baselines.people.episode_store import read_run_episodes, summary
+from baselines.apps.people.episode_store import read_run_episodes, summary
 
 
 def viewer_router(run_dir: Path | None) -> APIRouter:

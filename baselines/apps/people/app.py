@@ -30,13 +30,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from baselines.people.api_models import ServerSettings
-from baselines.people.guard import LOOPBACK_HOSTS, Guard, same_secret
-from baselines.people.play_api import play_router
-from baselines.people.storage import StudyStore
-from baselines.people.study import check_scenarios
-from baselines.people.study_api import StudyRunner, enrol_all, study_router
-from baselines.people.viewer_api import viewer_router
+from baselines.apps.people.api_models import ServerSettings
+from baselines.apps.people.guard import LOOPBACK_HOSTS, Guard, same_secret
+from baselines.apps.people.play_api import play_router
+from baselines.apps.people.storage import StudyStore
+from baselines.apps.people.study import check_scenarios
+from baselines.apps.people.study_api import StudyRunner, enrol_all, study_router
+from baselines.apps.people.viewer_api import viewer_router
 
 STATIC = Path(__file__).parent / "static"
 ACCESS_COOKIE = "scope_access"

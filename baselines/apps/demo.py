@@ -81,7 +81,7 @@ class DemoSettings:
     study: str = STUDY
 
     def study_config(self) -> dict[str, Any]:
-        from baselines.config import find_config
+        from baselines.training.config import find_config
 
         return yaml.safe_load(find_config(self.study, kind="studies").read_text())
 
@@ -159,8 +159,8 @@ def _train(config: dict[str, Any]) -> list[dict[str, Any]]:
     import torch
 
     torch.set_num_threads(1)
-    from baselines.config import TrainConfig
-    from baselines.trainer import Trainer
+    from baselines.training.config import TrainConfig
+    from baselines.training.trainer import Trainer
 
     def tick(_: dict[str, Any]) -> None:
         if _STEPS_DONE is not None:
@@ -250,7 +250,7 @@ class PositiveControl:
     """`G`: held-out success of the arm trained on the target minus single-simulator RL's, paired
     by seed; the minimum detectable effect at these seeds; whether a remedy result may be called."""
 
-    gap: Any  # baselines.stats.PairedTest
+    gap: Any  # baselines.apps.stats.PairedTest
     mde: float
     seeds: int
 
@@ -260,7 +260,7 @@ class PositiveControl:
 
 
 def positive_control(finals: dict[str, list[dict[str, float]]], *, alpha: float = 0.05) -> PositiveControl | None:
-    from baselines.stats import minimum_detectable_effect, paired_t_test
+    from baselines.apps.stats import minimum_detectable_effect, paired_t_test
 
     if len(finals.get("heldout", [])) < 2 or len(finals.get("single", [])) < 2:
         return None
@@ -270,7 +270,7 @@ def positive_control(finals: dict[str, list[dict[str, float]]], *, alpha: float 
 
 def remedy_effects(finals: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
     """Each remedy's held-out success minus single-simulator RL's, paired by seed."""
-    from baselines.stats import paired_t_test
+    from baselines.apps.stats import paired_t_test
 
     single = _outcomes(finals, "single")
     return {m: paired_t_test(_outcomes(finals, m), single) for m in REMEDIES if len(finals.get(m, [])) >= 2}
@@ -451,8 +451,8 @@ def plot(
 
 def untrained_success(settings: DemoSettings) -> tuple[float, float]:
     """Held-out success of the untrained (uniform) agent, evaluated as the runs are."""
-    from baselines.config import TrainConfig
-    from baselines.trainer import Trainer
+    from baselines.training.config import TrainConfig
+    from baselines.training.trainer import Trainer
 
     values = []
     for seed in range(settings.seeds):

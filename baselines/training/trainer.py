@@ -1,4 +1,4 @@
-"""The multi-turn GRPO trainer: one loop, the methods are configurations of it.
+"""The multi-turn GRPO trainer: one loop that runs any training method (`baselines.training.methods`).
 
 Read top to bottom: `players` says who plays each group (the learners, and the opponents of
 `sims.opponents`); `collect` plays the groups through the env's rollout (`scope_envs.core.rollout`:
@@ -9,22 +9,19 @@ loss; `evaluate` measures held-out success against simulators never trained agai
 `resume` make a killed run continue exactly. Everything random in a step is derived from (seed,
 step), so a resumed run replays the same scenarios, samples and pool draws.
 
-Methods: `single`, `ensemble` and `vs` train one side against frozen simulators; `cotrain` also
-trains the simulator, on its own turns of the same conversations, with its own optimizer and
-reward (adversarial 1 - r, cooperative r, or the curriculum reward); `population` is co-training
-whose groups are played by the live simulator or by one of its recent snapshots, drawn per group
-from a FIFO checkpoint pool.
+The method of a config (`method_for(config)`) says which sides train, who plays the other side
+of each group, each learner's rewards and advantage estimator, and what happens after a step:
+`single`, `ensemble` and `vs` train one side against frozen simulators; `cotrain` and `curriculum`
+also train the simulator; `population` draws each group's simulator from a pool of its snapshots.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import shutil
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,52 +29,39 @@ from typing import Any
 
 import numpy as np
 
-from baselines.advantages import RunningBaseline, curriculum_reward, group_advantages
-from baselines.checkpoints import (
-    atomic_write,
+from baselines.distributed.data_parallel import DataParallel
+from baselines.training.advantages import RunningBaseline, group_advantages
+from baselines.training.checkpoints import (
     checkpoint_steps,
     disk_megabytes,
     fsync_directory,
     read_metrics,
     remove_path,
     saved_work,
-    verify_checkpoint,
     write_checkpoint_manifest,
 )
-from baselines.config import TrainConfig, dump_config
-from baselines.curves import plot_curves
-from baselines.distributed.data_parallel import DataParallel
-from baselines.loss import BatchTotals, LossConfig, policy_loss
-from baselines.metrics_log import MetricsLog
-from baselines.policy import TrainablePolicy, build_policy, language_model_of
-from scope_envs.core.async_rollout import collect_async
-from scope_envs.core.dialogue import AGENT, USER, DialogueEnv, other_side, user_reward_from
+from baselines.training.config import TrainConfig, dump_config
+from baselines.training.curves import plot_curves
+from baselines.training.episodes import EpisodeSaver, observed
+from baselines.training.loss import BatchTotals, LossConfig, policy_loss
+from baselines.training.methods import Method, method_for
+from baselines.training.metrics_log import MetricsLog
+from baselines.training.policy import TrainablePolicy, language_model_of
+from baselines.training.rollouts import EVALUATION_SALT, heldout_success, local_rollout, rollout_groups
+from baselines.training.run import POOL_FOLDER, RUN_FILES, NoIntactCheckpoint, Run, RunError
+from scope_envs.core.dialogue import DialogueEnv, other_side
 from scope_envs.core.failpoints import failpoint
 from scope_envs.core.registration import find_env
-from scope_envs.core.rollout import Episode, RolloutGroup, Sample, collect_chat
-from scope_envs.core.seeding import derive_seed
+from scope_envs.core.rollout import Episode, Sample
 from scope_envs.core.specs import make_policy
-from sims.opponents import LIVE, Ensemble, Live, Opponents, Population
-from sims.pool import CheckpointPool
-from sims.verbalized import verbalize
+from sims.opponents import Opponents
 
-# what a run writes into its output folder, besides its simulator pool (`sim_pool`), and a fresh start
-# deletes; anything else there, such as vLLM's served adapters or wandb's own folders, is left alone
 # the end of an episode a policy could not play (its API failed after its retries): never trained on
 FAILED = "policy_error"
-RUN_FILES = ("checkpoints", "metrics.jsonl", "tensorboard", "curves.png", "config.yaml")
-
-
-class RunError(RuntimeError):
-    """A training run that must not start or go on; the message says why and what to do."""
 
 
 class OutputInUse(RunError):
     """A fresh run into a folder that holds the checkpoints or metrics of another run."""
-
-
-class NoIntactCheckpoint(RunError):
-    """A resume with checkpoints, none of which is intact."""
 
 
 class TooManyFailedEpisodes(RunError):
@@ -106,40 +90,54 @@ class Trainer:
         self.data_parallel = data_parallel
         self.output = Path(config.output_dir)
         self.output.mkdir(parents=True, exist_ok=True)
+        self.folder = Run(self.output, config)  # the run folder this trainer writes
         torch.manual_seed(config.seed)
-        if config.cpu_threads > 0 and not torch.cuda.is_available():
-            torch.set_num_threads(config.cpu_threads)
+        self.folder.use_cpu_threads()
         self.env_info = find_env(config.env)
         self.probe = self.make_env()
-        chat_rollout = collect_async if config.rollout == "async" else collect_chat
-        own_rollout = self.env_info.rollout_function()
         # a benchmark's own rollout steps all its groups as arrays: every rank replays it whole
-        self.shard_groups = data_parallel is not None and own_rollout is None
-        self.rollout = own_rollout or chat_rollout
+        self.shard_groups = data_parallel is not None and self.env_info.rollout_function() is None
+        # training rollouts keep each episode's conversation when episodes are saved (`baselines.training.episodes`)
+        self.saving_episodes = config.save_episodes > 0
+        chat = self.env_info.rollout_function() is None
+        self.rollout = local_rollout(config, self.env_info)
+        self.observed_rollout = observed(self.rollout, chat=chat)
+        self.train_rollout = self.observed_rollout if self.saving_episodes else self.rollout
         if config.ray_address and data_parallel is None:
-            self.rollout = self._ray_rollout(self.rollout)
+            self.rollout = self.train_rollout = self._ray_rollout(self.train_rollout)
         self.side, self.partner_side = config.side, other_side(config.side)
-        self.cotraining = config.method in {"cotrain", "population"}
+        self.method: Method = method_for(config)
         self._engines: dict[str, Any] = {}  # vLLM engines by base model
-        self.learners = {
-            self.side: self._learner(self.side, config.policy, config.lr, config.kl_coef, seed=config.seed)
-        }
-        if self.cotraining:
-            spec = config.simulator_policy or config.policy
-            lr = config.simulator_lr if config.simulator_lr is not None else config.lr
+        self.learners: dict[str, Learner] = {}
+        for side, spec in self.method.learners().items():
             # two LoRA adapters of one model share ONE frozen base
-            shared = self.learners[self.side].policy if config.lora and spec == config.policy else None
-            self.learners[USER] = self._learner(
-                USER, spec, lr, config.simulator_kl_coef, seed=config.seed + 1, base=shared
+            first = next(iter(self.learners.values()), None)
+            shared = first.policy if first is not None and config.lora and spec.policy == config.policy else None
+            self.learners[side] = self._learner(
+                side, spec.policy, spec.lr, spec.kl_coef, seed=config.seed + spec.seed_offset, base=shared
             )
-        self.metrics_path = self.output / "metrics.jsonl"
-        self.checkpoints = self.output / "checkpoints"
+        self.metrics_path = self.folder.metrics_path
+        self.checkpoints = self.folder.checkpoints
         self._earlier_work = saved_work(self.output)  # before this trainer adds to the folder
-        self._earlier_pool = (self.output / "sim_pool").exists()
-        self.pool = self._make_pool()
-        self._seed_pool()
-        self.opponents = self._opponents()
+        self._earlier_pool = (self.output / POOL_FOLDER).exists()
+        self.method.start(self)
+        self.opponents: Opponents = self.method.opponents(self)
+        self.episode_saver = EpisodeSaver(
+            self.output,
+            env=self.env_info.name,
+            seed=config.seed,
+            count=config.save_episodes,
+            trained=list(self.learners),
+            spec_of=self.method.opponent_spec,
+            method=config.method,
+        )
+        self._last_episodes: tuple[list[Episode], list[str]] = ([], [])
         self.step = 0
+
+    @property
+    def pool(self) -> Any:
+        """The method's simulator pool (a population's), or None."""
+        return getattr(self.method, "pool", None)
 
     @property
     def writer(self) -> bool:
@@ -160,6 +158,7 @@ class Trainer:
             workers=config.ray_workers,
             rollout=config.rollout,
             groups_per_task=config.ray_groups_per_task,
+            observe=self.saving_episodes,
         )
 
     def _learner(self, side: str, spec: str, lr: float, kl_coef: float, *, seed: int, base: Any = None) -> Learner:
@@ -191,63 +190,13 @@ class Trainer:
         )
 
     def _build_policy(self, spec: str, *, seed: int, side: str) -> Any:
-        config = self.config
-        return build_policy(
-            spec,
-            temperature=config.temperature,
-            max_new_tokens=config.max_new_tokens,
-            device=config.device,
-            lora=config.lora,
-            seed=seed,
-            env=self.probe,
-            side=side,
-            dtype=config.dtype,
-            gradient_checkpointing=config.gradient_checkpointing,
-            logprob_chunk=config.logprob_chunk,
-            generation_batch=config.generation_batch,
-            max_model_len=config.max_model_len,
-        )
-
-    def _opponents(self) -> Opponents:
-        """Who plays the side opposite the trained one in each group."""
-        config = self.config
-        if self.pool is not None:
-            return Population(
-                self.pool,
-                self.learners[USER].policy,
-                seed=config.seed,
-                min_live_share=config.live_min_share,
-                groups=config.groups_per_step,
-            )
-        if self.cotraining:
-            return Live(self.learners[USER].policy)
-        partners = [make_policy(spec, env=self.probe, side=self.partner_side) for spec in config.simulators]
-        if config.method == "vs":
-            partners = [verbalize(p, k=config.vs_k, draw=config.vs_draw) for p in partners]
-        return Ensemble(partners, mode="round_robin")
-
-    def _make_pool(self) -> CheckpointPool | None:
-        if self.config.method != "population":
-            return None
-        return CheckpointPool(
-            self.output / "sim_pool",
-            max_size=self.config.pool_size,
-            sampling=self.config.pool_sampling,
-            loader=self._load_snapshot,
-            retain_evicted=True,
-            read_only=not self.writer,
-        )
-
-    def _seed_pool(self) -> None:
-        """A population's pool starts with the initial simulator (kept if the pool already has it)."""
-        if self.pool is not None and self.writer and not self.pool.members:
-            self.pool.add(self.learners[USER].policy.save, step=0, meta={"origin": "initial simulator"})
+        return self.folder.build_policy(side, spec, seed=seed, env=self.probe)
 
     def _vllm_engine(self, spec: str) -> Any:
         """The vLLM engine of a base model; co-trained sides of one base share it (two adapters)."""
         base = language_model_of(spec) or spec
         if base not in self._engines:
-            from baselines.vllm_engine import VLLMGeneration
+            from baselines.training.vllm_engine import VLLMGeneration
 
             config = self.config
             served = self.output / "served_adapters"  # each rank of a learner group serves its own copy
@@ -280,19 +229,6 @@ class Trainer:
             labels.append(label)
         return players, labels
 
-    def _load_snapshot(self, directory: Path) -> Any:
-        """A pool member as a policy: with LoRA, its adapter loaded beside the live ones on their
-        resident base; otherwise the simulator's architecture with the member's weights, in
-        `dtype` and frozen (it only generates)."""
-        live = self.learners[USER].policy
-        if getattr(live, "is_lora", False):
-            return live.snapshot(directory, name=f"pool-{directory.name}")
-        policy = self._build_policy(
-            self.config.simulator_policy or self.config.policy, seed=self.config.seed + 1, side=USER
-        )
-        policy.load_weights(directory)
-        return policy.freeze_for_generation() if hasattr(policy, "freeze_for_generation") else policy
-
     # ---- rollouts -------------------------------------------------------------------------------
 
     def collect(
@@ -300,13 +236,11 @@ class Trainer:
     ) -> list[Episode]:
         """Plays `len(players)` groups of `group_size` episodes through the env's rollout; group g's
         scenario and players are shared. Everything random is derived from (seed, step, group, salt)."""
-        groups = [
-            RolloutGroup(derive_seed(self.config.seed, step, group, salt), group_players)
-            for group, group_players in enumerate(players)
-        ]
+        groups = rollout_groups(self.config.seed, step, players, salt)
         before_turn = (lambda: failpoint("rollout", step + 1)) if salt == 0 else None  # mid-rollout crash point
+        rollout = self.train_rollout if salt == 0 else self.rollout
         play = functools.partial(
-            self.rollout, self.make_env, group_size=group_size, split=split, key=(self.config.seed, step, salt)
+            rollout, self.make_env, group_size=group_size, split=split, key=(self.config.seed, step, salt)
         )
         if not self.shard_groups:
             return play(groups, before_turn=before_turn)
@@ -322,19 +256,8 @@ class Trainer:
     # ---- rewards and one update ----------------------------------------------------------------------
 
     def side_rewards(self, side: str, members: list[Episode]) -> np.ndarray:
-        """The rewards a learner is trained on, for one group. The simulator's come from the agent's."""
-        if side == self.side or not self.cotraining:
-            return np.array([e.rewards[side] for e in members])
-        agent = np.array([e.rewards[AGENT] for e in members])
-        mode = self.config.simulator_reward
-        if mode != "curriculum":
-            rewards = user_reward_from(agent, mode)
-        else:
-            penalty = self.config.tool_error_penalty * np.array([e.tool_errors[USER] for e in members])
-            rewards = curriculum_reward(agent) - penalty
-        # A simulator that broke the protocol keeps the worst reward the env gave it, whatever the mode.
-        penalised = np.array([e.end_reason == "error_budget" and "penalty" in e.reward_info[USER] for e in members])
-        return np.where(penalised, np.array([e.rewards[USER] for e in members]), rewards)
+        """The rewards a learner is trained on, for one group (the method's)."""
+        return self.method.rewards(side, members)
 
     def update(
         self, learner: Learner, episodes: list[Episode], groups: list[int], labels: list[str]
@@ -421,29 +344,21 @@ class Trainer:
         return summary
 
     def advantage_estimator(self, side: str) -> str:
-        """The co-trained simulator's curriculum reward is one number per group (a function of
-        the group's reward variance), so a group baseline would zero its advantages: it is
-        compared with a running baseline across groups instead."""
-        if side != self.side and self.cotraining and self.config.simulator_reward == "curriculum":
-            return "rae"
-        return self.config.advantage
+        return self.method.advantage_estimator(side)
 
     # ---- evaluation --------------------------------------------------------------------------------
 
     def evaluate(self, step: int) -> dict[str, float]:
         """Held-out success: test-split scenarios against each evaluation simulator. The scenarios
         and sampling seeds are the same at every evaluation of a run, so its points are comparable."""
-        results: dict[str, float] = {}
-        successes = []
-        policy = self.learners[self.side].policy
-        for spec in self.config.eval_simulators:
-            partner = make_policy(spec, env=self.probe, side=self.partner_side)
-            players = [{self.side: policy, self.partner_side: partner}] * self.config.eval_tasks
-            episodes = self.collect(0, group_size=self.config.eval_samples, split="test", players=players, salt=1)
-            results[f"heldout_success/{spec}"] = float(np.mean([e.success(self.side) for e in episodes]))
-            successes.extend(e.success(self.side) for e in episodes)
-        results["heldout_success"] = float(np.mean(successes)) if successes else float("nan")
-        return results
+
+        def play(players: list[dict[str, Any]], group_size: int) -> list[Episode]:
+            return self.collect(0, group_size=group_size, split="test", players=players, salt=EVALUATION_SALT)
+
+        def partner(spec: str) -> Any:
+            return make_policy(spec, env=self.probe, side=self.partner_side)
+
+        return heldout_success(self.config, self.learners[self.side].policy, partner, play)
 
     # ---- the loop ------------------------------------------------------------------------------------
 
@@ -507,8 +422,7 @@ class Trainer:
             problem = self._load_checkpoint(directory)
             if problem is not None:
                 raise NoIntactCheckpoint(f"rank {self.data_parallel.rank}: {directory.name} {problem}")
-        if self.pool is not None:
-            self.pool.refresh()
+        self.method.following(self)
         while self.step < self.config.steps:
             record = self.advance(lambda record, durable: None)
             if on_step is not None:
@@ -518,19 +432,12 @@ class Trainer:
     def advance(self, write: Callable[..., None]) -> dict[str, Any]:
         """One training step, then what is due after it (a pool snapshot, evaluation, its metrics
         line through `write`, a checkpoint)."""
-        from baselines.people.episode_store import record_episodes
-
-        # a sample of the step's episodes, saved beside its metrics
-        with record_episodes(self) if self.writer else contextlib.nullcontext():
-            record = self.train_step(self.step)
+        record = self.train_step(self.step)
+        if self.writer and self.saving_episodes:  # a sample of the step's episodes, saved beside its metrics
+            self.episode_saver.save(self.step, *self._last_episodes)
+        self._last_episodes = ([], [])
         self.step += 1
-        if self.pool is not None and self.step % self.config.pool_every == 0:
-            if self.writer:
-                self.pool.add(self.learners[USER].policy.save, step=self.step)
-            if self.data_parallel is not None:  # every rank draws from the pool rank 0 now has
-                self.data_parallel.barrier()
-                if not self.writer:
-                    self.pool.refresh()
+        self.method.after_step(self, self.step)
         if self.step % self.config.eval_every == 0 or self.step == self.config.steps:
             record.update(self.evaluate(self.step))
         checkpoint = self.writer and (self.step % self.config.checkpoint_every == 0 or self.step == self.config.steps)
@@ -557,21 +464,16 @@ class Trainer:
         for name in RUN_FILES:
             remove_path(self.output / name)
         if self._earlier_pool:  # the earlier run's pool, perhaps of another model: this run starts its own
-            self._replace_pool()
+            remove_path(self.output / POOL_FOLDER)
+        self.method.start_fresh(self)
         self._earlier_work, self._earlier_pool = None, False
-
-    def _replace_pool(self) -> None:
-        remove_path(self.output / "sim_pool")
-        self.pool = self._make_pool()
-        if self.pool is not None:
-            self._seed_pool()
-            self.opponents = self._opponents()
 
     def train_step(self, step: int) -> dict[str, Any]:
         started = time.perf_counter()
         groups = self.config.groups_per_step
         players, labels = self.players(step, groups)
         episodes = self.collect(step, group_size=self.config.group_size, split="train", players=players)
+        self._last_episodes = (episodes, labels)
         rollout_time = time.perf_counter() - started
         failed_share = self._check_failed_episodes(step, episodes)
         rewards = np.array([e.rewards[self.side] for e in episodes])
@@ -597,14 +499,7 @@ class Trainer:
                     if not (prefix == "" and name == "reward_trained")
                 }
             )
-        if self.pool is not None:
-            for label in sorted(set(labels)):
-                played = [e.rewards[AGENT] for e in episodes if labels[e.group] == label]
-                record[f"pool/agent_reward/{label}"] = float(np.mean(played))
-            record["pool/live_share"] = labels.count(LIVE) / len(labels)
-            record["pool/size"] = len(self.pool.members)
-            record["pool/age_mean"] = float(np.mean(self.pool.ages(step + 1)))
-            self.pool.release()
+        record.update(self.method.step_metrics(self, step, labels, episodes))
         record["step_time"] = time.perf_counter() - started
         return record
 
@@ -648,20 +543,10 @@ class Trainer:
             shutil.rmtree(final)
         staging.rename(final)
         fsync_directory(self.checkpoints)
-        atomic_write(self.checkpoints / "latest", final.name)
-        if self.pool is not None:  # members evicted up to now are no longer needed to resume
-            self.pool.purge_evicted(self.step)
-        self._prune_checkpoints()
+        self.folder.point_latest(final)
+        self.method.saved(self, self.step)
+        self.folder.prune(self.step, self.config.keep_checkpoints)
         return final
-
-    def _prune_checkpoints(self) -> None:
-        """Keeps the `keep_checkpoints` newest checkpoints up to this step, ordered by step (never by
-        name), and drops later ones: what is left of the steps a resume from an older one replays."""
-        steps = checkpoint_steps(self.checkpoints)
-        kept = sorted(step for step in steps if step <= self.step)[-self.config.keep_checkpoints :]
-        for step, directory in steps.items():
-            if step not in kept:
-                shutil.rmtree(directory)
 
     def resume(self) -> bool:
         """Continues from the newest intact checkpoint (see `load_latest`), with a warning when newer
@@ -679,31 +564,7 @@ class Trainer:
         """Loads the newest intact checkpoint (checked against its manifest, then loaded) and
         changes nothing on disk, so a run can be evaluated while it trains: that checkpoint's
         folder and what is wrong with newer ones, or None when there is no checkpoint at all."""
-        steps = checkpoint_steps(self.checkpoints)
-        if not steps:
-            return None
-        problems = self._latest_pointer_problems(steps)
-        for step in sorted(steps, reverse=True):
-            problem = verify_checkpoint(steps[step]) or self._load_checkpoint(steps[step])
-            if problem is None:
-                if problems:
-                    warnings.warn(
-                        f"using {steps[step].name}, the newest intact checkpoint; damaged: {'; '.join(problems)}",
-                        stacklevel=3,
-                    )
-                return steps[step], problems
-            problems.append(f"{steps[step].name}: {problem}")
-        raise NoIntactCheckpoint(
-            f"no intact checkpoint in {self.checkpoints} to resume from ({'; '.join(problems)}); "
-            "restore one, or start over with --overwrite"
-        )
-
-    def _latest_pointer_problems(self, steps: dict[int, Path]) -> list[str]:
-        """A `latest` that names a checkpoint no longer there (reported with the damaged ones)."""
-        pointer = self.checkpoints / "latest"
-        named = pointer.read_text().strip() if pointer.is_file() else ""
-        present = {directory.name for directory in steps.values()}
-        return [f"{named} (named by 'latest'): missing"] if named and named not in present else []
+        return self.folder.newest_intact(self._load_checkpoint)
 
     def _load_checkpoint(self, directory: Path) -> str | None:
         """Loads a checkpoint into the learners; what went wrong, or None. A later candidate
@@ -729,9 +590,6 @@ class Trainer:
 
     def _continue_from(self, directory: Path, damaged: list[str]) -> None:
         if damaged:
-            atomic_write(self.checkpoints / "latest", directory.name)
-        if self.pool is not None:
-            self.pool.drop_after(self.step)
-        if self.metrics_path.exists():
-            kept = [record for record in read_metrics(self.metrics_path) if record["step"] <= self.step]
-            atomic_write(self.metrics_path, "".join(json.dumps(record) + "\n" for record in kept))
+            self.folder.point_latest(directory)
+        self.method.resumed(self, self.step)
+        self.folder.keep_metrics_up_to(self.step)

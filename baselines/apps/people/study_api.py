@@ -18,11 +18,11 @@ from typing import Any
 
 from fastapi import APIRouter, Header, HTTPException
 
-from baselines.people.api_models import TOKEN_HEADER_LENGTH, Answers, Say, ToolUse
-from baselines.people.game import GameSettings, HumanGame, InvalidMove
-from baselines.people.guard import redact, same_secret
-from baselines.people.storage import AlreadyAnswered, StaleTurns, StudyStore
-from baselines.people.study import StudyConfig
+from baselines.apps.people.api_models import TOKEN_HEADER_LENGTH, Answers, Say, ToolUse
+from baselines.apps.people.game import GameSettings, HumanGame, InvalidMove
+from baselines.apps.people.guard import redact, same_secret
+from baselines.apps.people.storage import AlreadyAnswered, StaleTurns, StudyStore
+from baselines.apps.people.study import StudyConfig
 from scope_envs.core.seeding import derive_seed
 
 LOG = logging.getLogger(__name__)

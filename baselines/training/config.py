@@ -10,13 +10,15 @@ from typing import Any
 
 import yaml
 
-from baselines.advantages import ESTIMATORS
-from baselines.loss import AGGREGATIONS
-from baselines.policy import language_model_of
+from baselines.arguments import parse_key_value
+from baselines.training.advantages import ESTIMATORS
+from baselines.training.loss import AGGREGATIONS
+from baselines.training.methods import method_for
+from baselines.training.policy import language_model_of
+from baselines.training.rollouts import DEFAULT_ROLLOUT, ROLLOUTS
 from sims.pool import SAMPLING
 
 DTYPES = ("float32", "bfloat16")
-METHODS = ("single", "ensemble", "vs", "cotrain", "population")
 SIMULATOR_REWARDS = ("adversarial", "cooperative", "curriculum")
 # population: each group's simulator drawn uniformly from the pool snapshots and the live one, or
 # always the latest of them (the live simulator)
@@ -48,12 +50,12 @@ class TrainConfig:
     max_model_len: int = 4096
     generation_engine: str = "transformers"  # or "vllm" (GPU; needs lora) for the trained policy's turns
     vllm_gpu_memory_utilization: float = 0.4  # the share of GPU memory vLLM takes; the rest trains
-    # against whom
+    # against whom: a method of `baselines.training.methods` by name, or "module:Class" of one of your own
     method: str = "single"
     simulators: list[str] = field(default_factory=lambda: ["scripted"])
     vs_k: int = 5
     vs_draw: str = "random"
-    # co-training: the simulator is a trainable policy too (method cotrain / population)
+    # co-training: the simulator is a trainable policy too (methods cotrain, curriculum, population)
     simulator_policy: str | None = None  # its initial checkpoint; by default the same as `policy`
     simulator_lr: float | None = None  # by default `lr`
     simulator_kl_coef: float = 0.0
@@ -71,7 +73,7 @@ class TrainConfig:
     max_new_tokens: int = 48
     # chat rollouts: "lockstep" (every round of turns waits for its slowest reply) or "async" (each
     # episode advances as soon as its own reply arrives; same episodes, see scope_envs.core.async_rollout)
-    rollout: str = "lockstep"
+    rollout: str = DEFAULT_ROLLOUT
     # Ray (the `ray` extra): "local" starts a cluster on this machine, else a cluster address; rollout
     # workers then play the groups whose players are all frozen or small (baselines.distributed.ray_rollout)
     ray_address: str | None = None
@@ -119,16 +121,18 @@ class TrainConfig:
         problems = []
         if not self.env:
             problems.append("env is required: a registered environment name (`scope envs` lists them)")
-        if self.method not in METHODS:
-            problems.append(f"method must be one of {METHODS}, got {self.method!r}")
+        try:
+            problems.extend(method_for(self).problems())
+        except ValueError as error:
+            problems.append(str(error))
         if self.advantage not in ESTIMATORS:
             problems.append(f"advantage must be one of {ESTIMATORS}, got {self.advantage!r}")
         if self.aggregation not in AGGREGATIONS:
             problems.append(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
         if self.side not in {"agent", "user"}:
             problems.append(f"side must be 'agent' or 'user', got {self.side!r}")
-        if self.rollout not in {"lockstep", "async"}:
-            problems.append(f"rollout must be 'lockstep' or 'async', got {self.rollout!r}")
+        if self.rollout not in ROLLOUTS:
+            problems.append(f"rollout must be one of {tuple(ROLLOUTS)}, got {self.rollout!r}")
         if self.ray_address is not None and ("=" in self.ray_address or self.ray_address.endswith((".yaml", ".yml"))):
             problems.append(
                 f"ray_address {self.ray_address!r} is an override or a config file, not a Ray address: "
@@ -144,22 +148,14 @@ class TrainConfig:
             problems.append(
                 "generation_engine 'vllm' serves the trained policy as a LoRA adapter: set lora and an hf: policy"
             )
-        if self.generation_engine == "vllm" and self.method in {"cotrain", "population"}:
-            simulator = self.simulator_policy or self.policy
-            if not language_model_of(simulator):
-                problems.append("generation_engine 'vllm' serves the co-trained simulator too: use an hf: policy")
         if self.dtype not in DTYPES:
             problems.append(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if not 0.0 <= self.live_min_share <= 1.0:
             problems.append(f"live_min_share must be in [0, 1], got {self.live_min_share}")
         if self.simulator_reward not in SIMULATOR_REWARDS:
             problems.append(f"simulator_reward must be one of {SIMULATOR_REWARDS}, got {self.simulator_reward!r}")
-        if self.method in {"cotrain", "population"} and self.side != "agent":
-            problems.append("co-training trains the agent and the simulator: keep side 'agent'")
         if self.pool_sampling not in POOL_SAMPLING:
             problems.append(f"pool_sampling must be one of {POOL_SAMPLING}, got {self.pool_sampling!r}")
-        if self.method == "single" and len(self.simulators) != 1:
-            problems.append(f"method 'single' trains against exactly one simulator, got {len(self.simulators)}")
         for name in (
             "steps",
             "groups_per_step",
@@ -218,18 +214,14 @@ def find_config(name: str | Path, kind: str = "configs") -> Path:
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
     """A config from a YAML file or shipped config (or the defaults) and `key=value` overrides
-    (values parsed as YAML)."""
+    (values read by `baselines.arguments.parse_value`, as every `scope` command reads them)."""
     values: dict[str, Any] = {}
     if path is not None:
         loaded = yaml.safe_load(find_config(path).read_text()) or {}
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: a training config is a mapping of keys to values")
         values.update(loaded)
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise ValueError(f"override {item!r} is not key=value")
-        values[key.strip()] = yaml.safe_load(raw)
+    values.update(parse_key_value(item, "an override") for item in overrides)
     unknown = [key for key in values if key not in FIELDS]
     if unknown:
         hints = []

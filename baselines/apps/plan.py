@@ -2,7 +2,7 @@
 
 The arithmetic follows how the trainer holds memory:
 
-* Learners: the agent; the simulator too when the method co-trains it (cotrain, population).
+* Learners: the sides the method trains, and the snapshots it keeps resident (`Method.memory`).
 * LoRA: a frozen base in `dtype`; each adapter's parameters, gradients and two AdamW states in
   float32; the KL reference is the base with adapters disabled (no memory); learners of one base
   share it; a population's resident pool snapshots are adapters on that base.
@@ -49,7 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from baselines.config import TrainConfig, load_config
+from baselines.training.config import TrainConfig, load_config
+from baselines.training.methods import method_for
 from scope_envs.core.specs import split_spec
 
 GB = 10**9
@@ -323,12 +324,13 @@ class Plan:
 def plan(config: TrainConfig) -> Plan:
     """The memory of `config` on its device, computed from the model architectures only."""
     dtype = DTYPE_BYTES[config.dtype]
-    specs = {config.side: config.policy}
-    if config.method in {"cotrain", "population"}:
-        specs["user"] = config.simulator_policy or config.policy
+    method = method_for(config)
+    memory = method.memory()
+    specs = memory.models
     architectures = {side: resolve_architecture(spec) for side, spec in specs.items()}
-    kl = {config.side: config.kl_coef, "user": config.simulator_kl_coef}
-    resident_pool = min(config.pool_size, config.groups_per_step) if config.method == "population" else 0
+    kl = {side: learner.kl_coef for side, learner in method.learners().items()}
+    resident_pool = memory.resident_snapshots
+    snapshot_side = memory.snapshot_side
     weights = gradients = optimizer = pool = 0
     notes = []
     if config.lora:
@@ -340,7 +342,7 @@ def plan(config: TrainConfig) -> Plan:
             gradients += adapter * FLOAT32
             optimizer += adapter * FLOAT32 * ADAMW_STATES
         if resident_pool:
-            pool = resident_pool * lora_parameters(architectures["user"], config.lora) * FLOAT32
+            pool = resident_pool * lora_parameters(architectures[snapshot_side], config.lora) * FLOAT32
         if len(architectures) > 1 and len(set(specs.values())) == 1:
             notes.append("agent and simulator adapters share one frozen base")
     else:
@@ -352,7 +354,7 @@ def plan(config: TrainConfig) -> Plan:
             gradients += count * FLOAT32
             optimizer += count * FLOAT32 * ADAMW_STATES
         if resident_pool:
-            pool = resident_pool * architectures["user"].parameters() * dtype
+            pool = resident_pool * architectures[snapshot_side].parameters() * dtype
     biggest = max(architectures.values(), key=lambda a: a.parameters())
     tokens = config.micro_batch * config.max_model_len
     rank, adapted = (int(config.lora.get("r", 8)), lora_targets(config.lora)) if config.lora else (0, ())
@@ -407,7 +409,7 @@ def template_samples(config: TrainConfig) -> str:
     extends each prompt with the next turn, "up to N" (the env's `max_turns`) when it re-renders
     earlier turns; when the tokenizer cannot be read (not in the local cache: only its config is
     known offline), the two bounds, which the memory terms do not depend on."""
-    from baselines.traces import template_rerenders
+    from baselines.training.traces import template_rerenders
     from scope_envs.core.registration import find_env
 
     def most() -> str:

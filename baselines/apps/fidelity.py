@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from baselines.arguments import add_env_arg, env_kwargs_of
 from scope_envs.core.dialogue import AGENT, USER
 from scope_envs.core.extras import needs_extra
 from scope_envs.core.registration import find_env
@@ -44,7 +45,7 @@ def simulated_conversations(
     env_kwargs: dict[str, Any],
 ) -> tuple[list[list[str]], list[dict[str, Any]]]:
     """The simulated side's turns in each episode, and each episode's reward components for it."""
-    from scope_envs.core.batch import run_episodes
+    from scope_envs.core.episodes import run_episodes
 
     info = find_env(env_name)
     n = len(task_ids) if task_ids is not None else count
@@ -73,7 +74,7 @@ def fidelity_report(
     env_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The fidelity and diversity numbers of each simulator (and of the people, where known)."""
-    from baselines.evaluate import build_simulators
+    from baselines.apps.evaluate import build_simulators
     from sims.fidelity import compare, diversity, word_count
 
     env_kwargs = env_kwargs or {}
@@ -276,9 +277,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--conversations", type=int, default=100, help="conversations per simulator (100)")
     parser.add_argument("--split", default="test", help="the split of the scenarios (test)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--env-arg", action="append", default=[], metavar="KEY=VALUE", help="a constructor argument of the env"
-    )
+    add_env_arg(parser)
     parser.add_argument("--out", default="runs/fidelity", help="output folder (fidelity.md, fidelity.json)")
 
 
@@ -291,9 +290,6 @@ def run(args: argparse.Namespace) -> int:
     if args.conversations < 1:
         print("scope fidelity: --conversations must be at least 1", file=sys.stderr)
         return 2
-    from baselines.cli import _key_value
-
-    env_kwargs = dict(_key_value(item) for item in args.env_arg)
     try:
         report = fidelity_report(
             args.env,
@@ -303,7 +299,7 @@ def run(args: argparse.Namespace) -> int:
             conversations=args.conversations,
             split=args.split,
             seed=args.seed,
-            env_kwargs=env_kwargs,
+            env_kwargs=env_kwargs_of(args),
         )
     except ValueError as error:
         print(f"scope fidelity: {error}", file=sys.stderr)

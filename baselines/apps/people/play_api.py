@@ -28,10 +28,10 @@ from typing import Any
 
 from fastapi import APIRouter, Header, HTTPException, Request
 
-from baselines.people.api_models import TOKEN_HEADER_LENGTH, NewGame, Say, ServerSettings, ToolUse
-from baselines.people.game import GameSettings, HumanGame, InvalidMove
-from baselines.people.guard import redact, same_secret
-from baselines.people.records import append_records
+from baselines.apps.people.api_models import TOKEN_HEADER_LENGTH, NewGame, Say, ServerSettings, ToolUse
+from baselines.apps.people.game import GameSettings, HumanGame, InvalidMove
+from baselines.apps.people.guard import redact, same_secret
+from baselines.training.records import append_records
 from scope_envs.core.registration import REGISTERED, find_env
 
 

@@ -15,7 +15,7 @@ Simulators: a policy spec; `vs:SPEC` or `vsK:SPEC` (Verbalized Sampling with k c
 snapshot in the run's simulator pool, one simulator each).
 
 Reported per cell: success and reward with bootstrap 95% intervals over tasks, pass^k for
-k = 1..trials (Yao et al. 2024, `baselines.stats.pass_hat_k`) and the flip rate across trials; per
+k = 1..trials (Yao et al. 2024, `baselines.apps.stats.pass_hat_k`) and the flip rate across trials; per
 agent, success over its held-out panel: the simulators it did not train against (a run's training
 simulators are read from its config, shown apart and marked (T)), and the minimum detectable
 difference at these tasks x trials; between every two agents, the paired difference on the same
@@ -30,7 +30,6 @@ import argparse
 import hashlib
 import itertools
 import json
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from baselines.arguments import add_env_arg, env_kwargs_of
+from baselines.training.run import Run, RunError, is_run
 from scope_envs.core.async_rollout import collect_async
 from scope_envs.core.dialogue import AGENT, USER
 from scope_envs.core.extras import needs_extra
@@ -45,10 +46,9 @@ from scope_envs.core.policy import any_native_async
 from scope_envs.core.registration import find_env
 from scope_envs.core.rollout import RolloutGroup, collect_chat
 from scope_envs.core.seeding import derive_seed
+from scope_envs.core.specs import Spec, format_spec, parse_spec, wrap_policy
 
-VS_PREFIX = re.compile(r"^vs([0-9]*):(.+)$")
 POOL_PREFIX = "pool:"
-DEFAULT_VS_K = 5
 ALL_TASKS = "all"
 
 
@@ -79,28 +79,9 @@ class CellResult:
 # ---- who plays -----------------------------------------------------------------------------------
 
 
-def is_run(path: str) -> bool:
-    return (Path(path) / "config.yaml").is_file()
-
-
-def load_run(path: str | Path) -> Any:
-    """The trainer of a run, at its newest intact checkpoint (an error if it has none)."""
-    from baselines.config import load_config
-    from baselines.trainer import Trainer
-
-    folder = Path(path)
-    if not is_run(str(folder)):
-        raise ValueError(f"{folder} is not a run folder: it has no config.yaml")
-    trainer = Trainer(load_config(folder / "config.yaml", [f"output_dir={folder}"]))
-    if trainer.load_latest() is None:
-        raise ValueError(f"{folder} holds no checkpoint to evaluate")
-    return trainer
-
-
-def _checkpoint_identity(trainer: Any) -> str:
-    latest = trainer.checkpoints / (trainer.checkpoints / "latest").read_text().strip()
-    manifest = (latest / "manifest.json").read_bytes() if (latest / "manifest.json").is_file() else b""
-    return f"{Path(trainer.output).resolve()}:{latest.name}:{hashlib.sha256(manifest).hexdigest()[:16]}"
+def load_run(path: str | Path) -> Run:
+    """A run folder (an error if it is none); its policies load from its newest intact checkpoint."""
+    return Run(path)
 
 
 def _run_source(folder: str | Path) -> str:
@@ -130,16 +111,17 @@ def _registered_policy(spec: str, env: Any, side: str) -> Any:
         return None
 
 
-def training_sources(trainer: Any, env: Any, side: str) -> frozenset[str]:
+def training_sources(run: Run, env: Any, side: str) -> frozenset[str]:
     """The simulators a run trained against, as `Player.sources` name them: its `simulators`, and
     for co-training its simulator's initial checkpoint and the run itself (its live simulator and
     its pool). `side` is the side its simulators played."""
-    config = trainer.config
+    config = run.config
     specs = list(config.simulators)
     sources: set[str] = set()
-    if config.method in ("cotrain", "population"):
-        specs.append(config.simulator_policy or config.policy)
-        sources.add(_run_source(trainer.output))
+    trained = [learner for trained_side, learner in run.method.learners().items() if trained_side != config.side]
+    if trained:
+        specs.extend(learner.policy for learner in trained)
+        sources.add(_run_source(run.folder))
     for spec in specs:
         sources |= spec_sources(spec, _registered_policy(spec, env, side))
     return frozenset(sources)
@@ -148,16 +130,18 @@ def training_sources(trainer: Any, env: Any, side: str) -> frozenset[str]:
 def build_agent(spec: str, env: Any, side: str = AGENT) -> Player:
     """An agent: the trained side of a run folder, or a policy spec."""
     if is_run(spec):
-        trainer = load_run(spec)
-        if side not in trainer.learners:
-            raise ValueError(f"{spec}: the run trained the {trainer.side!r} side, not {side!r}")
-        identity = f"run:{_checkpoint_identity(trainer)}:{side}"
+        run = load_run(spec)
+        trained = run.trained_sides()
+        if side not in trained:
+            raise ValueError(f"{spec}: the run trained the {run.config.side!r} side, not {side!r}")
+        policy = run.policy(side, env=env)
+        identity = f"run:{run.checkpoint_identity()}:{side}"
         return Player(
             Path(spec).name,
-            trainer.learners[side].policy,
+            policy,
             identity,
             sources=frozenset({_run_source(spec)}),
-            trained_on=training_sources(trainer, env, USER if side == AGENT else AGENT),
+            trained_on=training_sources(run, env, USER if side == AGENT else AGENT),
         )
     policy = _policy(spec, env, side)
     return Player(spec, policy, f"spec:{spec}", sources=spec_sources(spec, policy))
@@ -165,30 +149,32 @@ def build_agent(spec: str, env: Any, side: str = AGENT) -> Player:
 
 def build_simulators(spec: str, env: Any, side: str = USER) -> list[Player]:
     """The simulators a `--simulators` item stands for (a pool stands for several)."""
-    from sims.verbalized import verbalize
 
-    vs = VS_PREFIX.match(spec)
-    if vs:
-        k = int(vs.group(1) or DEFAULT_VS_K)
-        inner = build_simulators(vs.group(2), env, side)
+    parsed = parse_spec(spec)
+    if parsed.wrappers:  # `vs3:SPEC`: the players SPEC stands for, each wrapped, labelled as a spec
         # Verbalized Sampling of a training simulator samples the same model: not held out
         return [
-            Player(f"vs{k}({p.label})", verbalize(p.policy, k=k), f"vs{k}:{p.identity}", sources=p.sources)
-            for p in inner
+            Player(
+                format_spec(Spec(parsed.wrappers, p.label)),
+                wrap_policy(p.policy, parsed.wrappers),
+                format_spec(Spec(parsed.wrappers, p.identity)),
+                sources=p.sources,
+            )
+            for p in build_simulators(parsed.base, env, side)
         ]
     if spec.startswith(POOL_PREFIX):
-        trainer = load_run(spec.removeprefix(POOL_PREFIX))
-        if trainer.pool is None or not trainer.pool.members:
+        run = load_run(spec.removeprefix(POOL_PREFIX))
+        pool = run.pool(env=env)
+        if pool is None or not pool.members:
             raise ValueError(f"{spec}: the run has no simulator pool (only population runs keep one)")
-        name = Path(trainer.output).name
         return [
             Player(
-                f"{name}@{m.step}",
-                trainer.pool.load(m),
-                f"pool:{Path(trainer.output).resolve()}:{m.id}:{m.step}",
-                sources=frozenset({_run_source(trainer.output)}),
+                f"{run.name}@{m.step}",
+                pool.load(m),
+                f"pool:{run.folder.resolve()}:{m.id}:{m.step}",
+                sources=frozenset({_run_source(run.folder)}),
             )
-            for m in trainer.pool.members
+            for m in pool.members
         ]
     if is_run(spec):
         player = build_agent(spec, env, side)
@@ -205,7 +191,7 @@ def training_cells(agents: list[Player], simulators: list[Player]) -> dict[str, 
 def _policy(spec: str, env: Any, side: str) -> Any:
     """A policy spec: a registered backend (`make_policy`), else a trainable model or act policy
     at its initial weights (`linear`, `tiny`, `hf:...`)."""
-    from baselines.policy import build_policy
+    from baselines.training.policy import build_policy
     from scope_envs.core.specs import make_policy, policy_backends, split_spec
 
     if spec == "scripted" or split_spec(spec)[0] in ("scripted", *policy_backends()):
@@ -329,7 +315,7 @@ def summarize(
 ) -> dict[str, Any]:
     """Per cell, per agent and per pair of agents: the numbers of the report. `training` names,
     per agent, the simulators it trained against: they are reported but left out of its panel."""
-    from baselines.stats import (
+    from baselines.apps.stats import (
         ALPHA,
         POWER,
         bootstrap_interval,
@@ -562,9 +548,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default="test", help="the split tasks are drawn from (test)")
     parser.add_argument("--seed", type=int, default=0, help="picks the task set and seeds the episodes (0)")
     parser.add_argument("--side", default=AGENT, choices=[AGENT, USER], help="the side the agents play (agent)")
-    parser.add_argument(
-        "--env-arg", action="append", default=[], metavar="KEY=VALUE", help="a constructor argument of the env"
-    )
+    add_env_arg(parser)
     parser.add_argument("--out", default="runs/evaluate", help="output folder; cells are cached there")
 
 
@@ -574,12 +558,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         print(needs_extra("scope evaluate", "scipy", "evaluate"), file=sys.stderr)
         return 2
-    from baselines.cli import _key_value
-
-    env_kwargs = dict(_key_value(item) for item in args.env_arg)
-    settings = EvalSettings(args.env, args.tasks, args.trials, args.split, args.seed, args.side, env_kwargs)
-    from baselines.trainer import RunError
-
+    settings = EvalSettings(args.env, args.tasks, args.trials, args.split, args.seed, args.side, env_kwargs_of(args))
     try:
         report = evaluate(settings, args.agents, args.simulators, Path(args.out))
     except (ValueError, RunError) as error:

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from baselines.people.game import GameSettings, HumanGame, InvalidMove
-from baselines.people.records import append_records
+from baselines.apps.people.game import GameSettings, HumanGame, InvalidMove
+from baselines.training.records import append_records
 
 MAX_INPUT_CHARS = 4000
 

@@ -23,9 +23,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from baselines.people.episode_store import read_run_episodes
-from baselines.people.records import EpisodeRecord, append_records
-from baselines.people.storage import StudyStore
+from baselines.apps.people.episode_store import read_run_episodes
+from baselines.apps.people.storage import StudyStore
+from baselines.training.records import EpisodeRecord, append_records
 
 SIDES = ("agent", "user")
 
