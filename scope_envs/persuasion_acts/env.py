@@ -58,6 +58,7 @@ from scope_envs.persuasion_acts.spaces import assemble, check_options, observati
 PERSONAS_PER_SPLIT = {"train": 1000, "test": 200}
 ACTS = {AGENT: PERSUADER_ACTS, USER: PERSUADEE_ACTS}
 VERSIONS = (0, 1)
+SCRIPTED_PERSUADEE_V1 = "scope_envs.persuasion_acts.mixture:MixtureFamily"  # no arguments: the population
 _PERSONA_LINE = re.compile(r"^Persona \(Big Five, z-scores\): (.*)$", re.MULTILINE)
 _TEMPERAMENT_LINE = re.compile(r"^Temperament \(quantile\): ([0-9.]+)$", re.MULTILINE)
 
@@ -124,7 +125,7 @@ class PersuasionActsEnv(DialogueEnv):
     """See the module docstring and docs/envs/persuasion_acts.md."""
 
     metadata = {**DialogueEnv.metadata, "name": "persuasion_acts_v0"}  # noqa: RUF012
-    scripted_policies = {  # noqa: RUF012
+    scripted_policies = {  # noqa: RUF012  (version 0's; version 1's persuadee is its own, see __init__)
         "user": "scope_envs.persuasion_acts.simulators:ActFamily",
         "agent": "scope_envs.persuasion_acts.simulators:ScriptedPersuader",
     }
@@ -153,6 +154,8 @@ class PersuasionActsEnv(DialogueEnv):
         self.user_reward = user_reward
         self.obs, self.mask_in_obs, self.info_mode = obs, bool(action_mask), info
         self.version = version
+        if version > 0:  # the fitted population, not a version-0 family that cannot read its persona
+            self.scripted_policies = {**self.scripted_policies, "user": SCRIPTED_PERSUADEE_V1}
         self.metadata = {**self.metadata, "name": f"persuasion_acts_v{version}"}
         self.reference = load_reference() if version == 0 else load_population()
         self.personas = {split: self.reference.personas(split, n) for split, n in PERSONAS_PER_SPLIT.items()}
