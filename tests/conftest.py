@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 from helpdesk_env import HelpdeskEnv
+from local_data import P4G, TAU3, require
 
 from scope_envs.core.registration import REGISTERED, register_dialogue_env
 
@@ -23,16 +24,16 @@ def helpdesk():
     env.close()
 
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+@pytest.fixture(scope="session")
+def p4g_dir() -> Path:
+    """The raw Persuasion for Good files named by $SCOPE_P4G_DATA (never copied into the repository)."""
+    return require(P4G)
 
 
 @pytest.fixture(scope="session")
-def p4g_dir() -> Path:
-    """The raw Persuasion for Good files beside the repository (never copied into it)."""
-    path = SHARED_DATA / "p4g"
-    if not (path / "full_info.csv").is_file():
-        pytest.skip(f"the Persuasion for Good files are not at {path}")
-    return path
+def tau3_dir() -> Path:
+    """τ³-bench 1.0.0's task files named by $SCOPE_TAU3_DATA, which `task_set="tau3"` then reads."""
+    return require(TAU3)
 
 
 @pytest.fixture

@@ -14,11 +14,15 @@ import time
 from pathlib import Path
 
 import pytest
+from local_data import P4G, data_dir, require
 
 from scope_envs.core.scripted import ScriptedSimulator
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_P4G = REPO.parent / "shared" / "data" / "p4g"
+P4G_DATA = data_dir(P4G)
+# Games play P4G on the corpus when $SCOPE_P4G_DATA names it, else on its synthetic personas: these
+# tests are about the app, not the data. Studies name corpus dialogues, so theirs skip without it.
+P4G_PERSONAS = str(P4G_DATA or "synthetic")
 LOOPBACK = "http://127.0.0.1"  # the web app answers to loopback names only
 
 
@@ -116,14 +120,19 @@ def chromium_driver(artifacts: Path):
     return webdriver.Chrome(service=Service(driver_path), options=options)
 
 
+def p4g_corpus() -> Path:
+    """The P4G corpus ($SCOPE_P4G_DATA), which studies need for the dialogues they name; else the test skips."""
+    return require(P4G)
+
+
 def one_dialogue_corpus(folder: Path) -> Path:
-    """`full_info.csv` of the shared P4G corpus cut to one training and one test dialogue (both
-    personas of each): every training episode plays the same scenario, so steps can be compared."""
+    """`full_info.csv` of the P4G corpus ($SCOPE_P4G_DATA) cut to one training and one test dialogue
+    (both personas of each): every training episode plays the same scenario, so steps can be compared."""
     import csv
 
     from scope_envs.p4g.personas import split_of
 
-    rows = list(csv.DictReader((SHARED_P4G / "full_info.csv").open(encoding="utf-8")))
+    rows = list(csv.DictReader((p4g_corpus() / "full_info.csv").open(encoding="utf-8")))
     roles: dict[str, set[str]] = {}
     for row in rows:
         roles.setdefault(row["B2"], set()).add(row["B4"])

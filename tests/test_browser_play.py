@@ -6,7 +6,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from people_helpers import SHARED_P4G, VS_OPPONENT, ThreadServer, open_browser, screenshot, wait_for
+from people_helpers import P4G_PERSONAS, VS_OPPONENT, ThreadServer, open_browser, screenshot, wait_for
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
@@ -24,7 +24,7 @@ def server(tmp_path_factory):
     settings = ServerSettings(
         opponents=["scripted", VS_OPPONENT],
         save_path=tmp_path_factory.mktemp("play") / "play.jsonl",
-        env_kwargs={"P4G": {"persona_source": str(SHARED_P4G), "exchanges": 2}},
+        env_kwargs={"P4G": {"persona_source": P4G_PERSONAS, "exchanges": 2}},
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 import yaml
-from people_helpers import SHARED_P4G, free_port, open_browser, scope_process, screenshot, wait_for
+from people_helpers import free_port, open_browser, p4g_corpus, scope_process, screenshot, wait_for
 from selenium.webdriver.common.by import By
 
 from baselines.cli import main
@@ -31,7 +31,7 @@ def study_file(tmp_path):
                 "name": "pilot",
                 "env": "P4G",
                 "side": "agent",
-                "env_kwargs": {"persona_source": str(SHARED_P4G), "exchanges": 2},
+                "env_kwargs": {"persona_source": str(p4g_corpus()), "exchanges": 2},
                 "instructions": "Persuade your partner to donate to Save the Children.",
                 "consent": "I agree that my messages are stored for research.",
                 "conditions": [

@@ -4,15 +4,16 @@ import json
 from pathlib import Path
 
 import pytest
+from local_data import COOPERBENCH, data_dir, why_skipped
 
 from scope_envs.cooperbench import parallel_env, probe_isolation
 from scope_envs.cooperbench.scripted import GoldPatchCoder, gold_edits
 from scope_envs.core.chat import Message, ToolCall
 from scope_envs.testing import check_env
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cooperbench"
+DATA = data_dir(COOPERBENCH)
 ISOLATION = probe_isolation()
-pytestmark = pytest.mark.skipif(not (DATA / "pallets_jinja_task").is_dir(), reason=f"no CooperBench data at {DATA}")
+pytestmark = pytest.mark.skipif(DATA is None, reason=why_skipped(COOPERBENCH))
 
 
 @pytest.fixture(scope="module")

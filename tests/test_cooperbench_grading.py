@@ -8,14 +8,15 @@ import difflib
 from pathlib import Path
 
 import pytest
+from local_data import COOPERBENCH, data_dir, why_skipped
 
 from scope_envs.cooperbench import parallel_env
 from scope_envs.cooperbench.scripted import GoldPatchCoder
 from scope_envs.core.chat import Message, ToolCall
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cooperbench"
+DATA = data_dir(COOPERBENCH)
 TASK = "pallets_jinja_task/task1621"
-pytestmark = pytest.mark.skipif(not (DATA / "pallets_jinja_task").is_dir(), reason=f"no CooperBench data at {DATA}")
+pytestmark = pytest.mark.skipif(DATA is None, reason=why_skipped(COOPERBENCH))
 
 FORCE_PASS = """import pytest
 

@@ -4,15 +4,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from local_data import COOPERBENCH, data_dir, why_skipped
 
 from scope_envs.cooperbench import parallel_env
 from scope_envs.cooperbench.sandbox import Limits
 from scope_envs.cooperbench.workspace import Workspace
 from scope_envs.core.tools import ToolError
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cooperbench"
+DATA = data_dir(COOPERBENCH)
 MAX_FILE_BYTES = 8 * 2**20  # what the file tools read or make at most
-pytestmark = pytest.mark.skipif(not (DATA / "pallets_jinja_task").is_dir(), reason=f"no CooperBench data at {DATA}")
+pytestmark = pytest.mark.skipif(DATA is None, reason=why_skipped(COOPERBENCH))
 
 
 @pytest.fixture(scope="module")

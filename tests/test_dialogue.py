@@ -1,8 +1,8 @@
 import json
-from pathlib import Path
 
 import pytest
 from helpdesk_env import STOP, HelpdeskEnv
+from local_data import COOPERBENCH, require
 
 from scope_envs import Message, ToolCall
 from scope_envs.testing import BAD_ACTIONS, check_env
@@ -220,9 +220,7 @@ def test_pick_scenario_draws_what_reset_starts(name):
         pytest.importorskip("tau2")
     kwargs = {}
     if name == "CooperBench":
-        kwargs["data_dir"] = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cooperbench"
-        if not kwargs["data_dir"].is_dir():
-            pytest.skip("the CooperBench tasks are not beside the repository")
+        kwargs["data_dir"] = require(COOPERBENCH)
     env = find_env(name).make(**kwargs)
     for seed in range(6):
         for split in ("train", "test"):

@@ -1,19 +1,29 @@
 import csv
-import functools
 import hashlib
-import http.server
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import threading
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from local_data import mirror as local_mirror
+from local_data import serving
 
-from scope_envs.p4g.corpus import INFO_SHA256, CorpusNotFoundError, download_corpus, locate_corpus, read_pairs
+from scope_envs.core.data import MissingDataError
+from scope_envs.p4g import fetch
+from scope_envs.p4g.corpus import (
+    CORPUS,
+    INFO_SHA256,
+    UPSTREAM_PATHS,
+    CorpusNotFoundError,
+    download_corpus,
+    fetch_corpus,
+    locate_corpus,
+    read_pairs,
+)
 from scope_envs.p4g.env import load_persona_pairs
 from scope_envs.p4g.personas import (
     ALL_TRAITS,
@@ -136,13 +146,8 @@ def test_env_var_and_synthetic_fallback(p4g_dir, no_corpus, monkeypatch):
 @pytest.fixture
 def mirror(p4g_dir):
     """A real HTTP server on loopback serving the corpus folder, as the official repository would."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(p4g_dir))
-    handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
+    with serving(p4g_dir) as url:
+        yield url
 
 
 def test_download_into_the_cache_once(no_corpus, mirror, monkeypatch, tmp_path):
@@ -158,20 +163,46 @@ def test_download_rejects_a_changed_file(no_corpus, mirror, monkeypatch, tmp_pat
     monkeypatch.setenv("SCOPE_P4G_URL", mirror + "nonexistent/")
     with pytest.raises(OSError):
         download_corpus()
-    served = tmp_path / "served"
-    served.mkdir()
-    (served / "full_info.csv").write_text("B2,B3,B4\n")
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
-    handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        monkeypatch.setenv("SCOPE_P4G_URL", f"http://127.0.0.1:{server.server_address[1]}/")
+    with serving(local_mirror({"full_info.csv": b"B2,B3,B4\n"}, tmp_path / "served")) as url:
+        monkeypatch.setenv("SCOPE_P4G_URL", url)
         with pytest.raises(ValueError, match="not the known"):
             download_corpus()
-        assert not (tmp_path / "cache" / "scope" / "p4g" / "full_info.csv").exists()
-    finally:
-        server.shutdown()
+    assert not (tmp_path / "cache" / "scope" / "p4g" / "full_info.csv").exists()
+
+
+def repository(files: dict, root):
+    """A folder laid out as the official repository (`data/FullData/...`, `data/AnnotatedData/...`)."""
+    return local_mirror({UPSTREAM_PATHS[name]: source for name, source in files.items()}, root)
+
+
+def test_the_local_copy_is_the_official_files(p4g_dir, capsys):
+    assert CORPUS.problems(p4g_dir) == []
+    assert fetch.main(["--check", str(p4g_dir)]) == 0
+    assert f"export SCOPE_P4G_DATA={p4g_dir.resolve()}" in capsys.readouterr().out
+
+
+def test_fetch_writes_every_file_checked(p4g_dir, tmp_path, capsys):
+    official = repository({name: p4g_dir / name for name in UPSTREAM_PATHS}, tmp_path / "persuasionforgood")
+    with serving(official) as url:
+        assert fetch.main([str(tmp_path / "over-http"), "--url", url]) == 0
+    assert sorted(path.name for path in (tmp_path / "over-http").iterdir()) == sorted(UPSTREAM_PATHS)
+    fetch_corpus(tmp_path / "from-a-folder", official.as_uri())  # a file:// mirror, as a mounted copy would be
+    assert CORPUS.problems(tmp_path / "from-a-folder") == []
+    assert "the 5 files of the Persuasion for Good corpus match" in capsys.readouterr().out
+
+
+def test_fetch_keeps_nothing_when_a_file_is_not_the_official_one(tmp_path, capsys):
+    """No corpus needed: whatever is served here differs from the official files."""
+    served = repository(dict.fromkeys(UPSTREAM_PATHS, b"changed"), tmp_path / "persuasionforgood")
+    with serving(served) as url:
+        with pytest.raises(MissingDataError, match=r"is not the official full_dialog\.csv") as raised:
+            fetch_corpus(tmp_path / "copy", url)
+        assert fetch.main([str(tmp_path / "copy"), "--url", url]) == 1
+    assert not (tmp_path / "copy").exists()
+    message = str(raised.value)
+    assert "\n" not in message and "SCOPE_P4G_DATA" in message and "gitlab.com/ucdavisnlp/persuasionforgood" in message
+    assert "Apache-2.0" in capsys.readouterr().err
+    assert fetch.main(["--check", str(tmp_path)]) == 1
 
 
 def test_synthetic_personas_are_fixed_and_plausible():

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 from fastapi.testclient import TestClient
-from people_helpers import LOOPBACK, SHARED_P4G, VS_OPPONENT
+from people_helpers import LOOPBACK, P4G_PERSONAS, VS_OPPONENT, p4g_corpus
 
 from baselines.apps.people.api_models import MAX_TEXT, ServerSettings
 from baselines.apps.people.app import create_app
@@ -16,7 +16,7 @@ from baselines.apps.people.study import StudyConfig
 from baselines.training.records import read_records
 
 P4G_TASKS = ["20180527-123001_539_live", "20180527-210026_713_live"]
-P4G_ARGS = {"P4G": {"persona_source": str(SHARED_P4G), "exchanges": 2}}
+P4G_ARGS = {"P4G": {"persona_source": P4G_PERSONAS, "exchanges": 2}}
 
 
 @pytest.fixture
@@ -118,7 +118,7 @@ def study_settings(tmp_path, **changes) -> ServerSettings:
         name="pilot",
         env="P4G",
         side="agent",
-        env_kwargs={"persona_source": str(SHARED_P4G), "exchanges": 1},
+        env_kwargs={"persona_source": str(p4g_corpus()), "exchanges": 1},  # the dialogues of P4G_TASKS
         conditions=[{"name": "a", "opponent": "scripted"}, {"name": "b", "opponent": VS_OPPONENT}],
         scenarios=P4G_TASKS,
         episodes_per_participant=2,

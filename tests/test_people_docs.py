@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import yaml
-from people_helpers import REPO, SHARED_P4G, free_port, wait_for_port
+from people_helpers import REPO, free_port, p4g_corpus, wait_for_port
 
 from baselines.apps.people.study import StudyConfig
 from baselines.cli import main
@@ -34,13 +34,12 @@ def study_block() -> str:
 
 
 def test_the_documented_study_file_is_a_valid_study_and_its_commands_run(tmp_path):
-    if not (SHARED_P4G / "full_info.csv").is_file():
-        pytest.skip("the Persuasion for Good files are not beside the repository")
+    corpus = p4g_corpus()
     study = StudyConfig.model_validate(yaml.safe_load(study_block()))
     assert len(study.participant_ids()) == 20 and [q.scale for q in study.questionnaire] == [(1, 5), None]
     (tmp_path / "pilot.yaml").write_text(study_block())
     port = free_port()
-    env = {**os.environ, "SCOPE_P4G_DATA": str(SHARED_P4G), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "SCOPE_P4G_DATA": str(corpus), "PYTHONPATH": str(REPO)}
     # the page's commands, as written (plus a free port)
     server = subprocess.Popen(
         [sys.executable, "-m", "baselines.cli", "serve", "--study", "pilot.yaml", "--port", str(port)],

@@ -12,7 +12,7 @@ import warnings
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from people_helpers import LOOPBACK, SHARED_P4G, ThreadServer
+from people_helpers import LOOPBACK, P4G_DATA, P4G_PERSONAS, ThreadServer
 
 from baselines.apps.people.api_models import ServerSettings
 from baselines.apps.people.app import create_app
@@ -20,7 +20,7 @@ from baselines.apps.people.commands import check_bind
 from baselines.apps.people.play_api import code_running_warning, offered_envs
 from baselines.training.records import read_records
 
-P4G_ARGS = {"P4G": {"persona_source": str(SHARED_P4G), "exchanges": 2}}
+P4G_ARGS = {"P4G": {"persona_source": P4G_PERSONAS, "exchanges": 2}}
 FAILING = "scripted:people_helpers:FailingPersuadee"
 SLOW = "scripted:people_helpers:SlowPersuadee"
 
@@ -187,7 +187,7 @@ def test_responses_show_no_server_path_no_raw_spec_and_carry_the_security_header
     assert options.json()["opponents"] == ["scripted", "opponent2"] and "/models" not in options.text
     unknown = client.post("/api/games", json={"env": "P4G", "side": "agent", "task_id": "no-such-dialogue"})
     assert unknown.status_code == 400 and "no-such-dialogue" in unknown.text
-    assert str(SHARED_P4G) not in unknown.text and "corpus:/" not in unknown.text
+    assert (P4G_DATA is None or str(P4G_DATA) not in unknown.text) and "corpus:/" not in unknown.text
     for path in ("/", "/study", "/view", "/api/options", "/static/common.js"):
         headers = client.get(path).headers
         assert "script-src 'self'" in headers["content-security-policy"], path

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from people_helpers import SHARED_P4G, free_port, scope_process
+from people_helpers import free_port, p4g_corpus, scope_process
 
 PARTICIPANTS = 24
 MEMORY_LIMIT_MB = 1500
@@ -37,7 +37,7 @@ def study_file(folder: Path) -> Path:
                 "name": "soak",
                 "env": "P4G",
                 "side": "agent",
-                "env_kwargs": {"persona_source": str(SHARED_P4G), "exchanges": 2},
+                "env_kwargs": {"persona_source": str(p4g_corpus()), "exchanges": 2},
                 "conditions": [
                     {"name": "scripted", "opponent": "scripted"},
                     {"name": "slow", "opponent": "scripted:people_helpers:BriefSlowPersuadee"},

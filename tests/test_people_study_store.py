@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 from fastapi.testclient import TestClient
-from people_helpers import LOOPBACK, SHARED_P4G
+from people_helpers import LOOPBACK, p4g_corpus
 
 from baselines.apps.people.api_models import ServerSettings
 from baselines.apps.people.app import create_app
@@ -26,7 +26,7 @@ def study(**changes) -> StudyConfig:
         "name": "pilot",
         "env": "P4G",
         "side": "agent",
-        "env_kwargs": {"persona_source": str(SHARED_P4G), "exchanges": 3},
+        "env_kwargs": {"persona_source": str(p4g_corpus()), "exchanges": 3},
         "conditions": [{"name": "a", "opponent": "scripted"}],
         "scenarios": TASKS,
         "episodes_per_participant": 2,

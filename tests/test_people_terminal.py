@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from people_helpers import REPO, SHARED_P4G
+from people_helpers import P4G_PERSONAS, REPO
 
 from baselines.training.records import read_records
 
@@ -70,7 +70,7 @@ def test_a_person_plays_the_p4g_persuader_to_the_end(tmp_path):
         "--save",
         str(save),
         "--env-arg",
-        f"persona_source={SHARED_P4G}",
+        f"persona_source={P4G_PERSONAS}",
         "--env-arg",
         "exchanges=2",
     )

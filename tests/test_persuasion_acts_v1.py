@@ -7,6 +7,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from local_data import P4G, require
 
 from scope_envs.core.registration import find_env
 from scope_envs.core.specs import make_policy
@@ -147,10 +148,7 @@ def test_refitting_on_the_corpus_gives_the_shipped_population():
     pytest.importorskip("openpyxl")
     from scope_envs.persuasion_acts.fit_population import fit_population
 
-    data = ROOT.parent / "shared" / "data" / "p4g"
-    if not (data / "300_dialog.xlsx").is_file():
-        pytest.skip(f"the P4G corpus is not at {data}")
-    refit = fit_population(data)
+    refit = fit_population(require(P4G))
     shipped = json.loads(POPULATION_PATH.read_text())
     assert refit["meta"]["types_chosen"] == shipped["meta"]["types_chosen"]
     assert np.allclose(refit["weights"], shipped["weights"], atol=2e-3)

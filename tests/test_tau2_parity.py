@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("tau2")
 
 from llm_server import LLMServer
+from local_data import TAU3, require
 
 from scope_envs.tau2 import Tau2Env
 from scope_envs.tau2.parity import parity_cases, play, reference_reward
@@ -57,6 +58,8 @@ def judge():
 
 
 def make_env(domain_name, task_set, server):
+    if task_set == "tau3":
+        require(TAU3)
     judge = make_simulator("openai:judge", base_url=server.url + "/v1", api_key="loopback")
     return Tau2Env(domain=domain_name, task_set=task_set, nl_judge=judge)
 

@@ -1,9 +1,5 @@
-"""The tau3 task set: loaded from its vendored files by tau2's own loader, selectable, and honest
-about what the installed domain lacks."""
-
-import hashlib
-import re
-from pathlib import Path
+"""The tau3 task set: read from $SCOPE_TAU3_DATA by tau2's own loader, selectable, and honest about
+what the installed domain lacks. (Finding, fetching and checking the files: tests/test_tau3_data.py.)"""
 
 import gymnasium as gym
 import pytest
@@ -11,22 +7,10 @@ import pytest
 pytest.importorskip("tau2")
 
 from scope_envs.tau2 import Tau2Env, load_domain
-from scope_envs.tau2.domain import DEFAULT_TASK_SET, TASK_SETS, TAU3_TASKS
+from scope_envs.tau2.domain import DEFAULT_TASK_SET, TASK_SETS
 from scope_envs.tau2.reward import judged_in_reward
 
-
-def git_blob_id(path: Path) -> str:
-    data = path.read_bytes()
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-def test_the_vendored_files_are_the_recorded_upstream_blobs():
-    readme = (TAU3_TASKS / "README.md").read_text()
-    recorded = {name: blob for blob, name in re.findall(r"`([0-9a-f]{40})`\s+\((retail|airline)\)", readme)}
-    assert recorded == {name: git_blob_id(TAU3_TASKS / f"{name}_tasks.json") for name in ("retail", "airline")}
-    assert (
-        "MIT License" in (TAU3_TASKS / "LICENSE").read_text() and "17e07b1da2bbc0cadfddeea36412686e0604127b" in readme
-    )
+pytestmark = pytest.mark.usefixtures("tau3_dir")
 
 
 @pytest.mark.parametrize("domain_name", ["retail", "airline"])

@@ -3,7 +3,9 @@
 Layout (the `dataset/` folder of the CooperBench repository, or the Hugging Face dataset
 `CodeConflict/cooperbench-dataset`): `<repo>_task/task<N>/feature<K>/{feature.md, feature.patch,
 tests.patch}` and `subsets/{lite,flash}.json`. The data is found, in order, at: the path given by
-the caller; `$SCOPE_COOPERBENCH_DATA`; the user cache; or it is downloaded once into the cache.
+the caller; `$SCOPE_COOPERBENCH_DATA`; the user cache; or, when asked (`download=True`), it is
+downloaded once into the cache. `fetch_dataset` (`python -m scope_envs.cooperbench.fetch DIR`)
+writes the files this env reads, each checked against `dataset.sha256`, into a folder.
 """
 
 from __future__ import annotations
@@ -15,16 +17,27 @@ import re
 import shutil
 import tarfile
 import tempfile
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import combinations
 from pathlib import Path
 
+from scope_envs.core.data import DataSet, MissingDataError, keep_checked, read_url, user_cache
+
 ENV_VAR = "SCOPE_COOPERBENCH_DATA"
 DATASET_COMMIT = "44b4a7a79e7229a1baf0360aeb74648b79b7540a"
 DATASET_URL = f"https://codeload.github.com/cooperbench/CooperBench/tar.gz/{DATASET_COMMIT}"
+# The SHA-256 of each file this env reads (and of the dataset's README, which holds its license), in
+# `sha256sum` format: `cd DIR && sha256sum -c .../dataset.sha256` checks a copy without SCOPE.
+CHECKSUMS_FILE = Path(__file__).with_name("dataset.sha256")
+DATASET = DataSet(
+    title="the CooperBench dataset",
+    setting=ENV_VAR,
+    home=f"the dataset/ folder of github.com/cooperbench/CooperBench at commit {DATASET_COMMIT[:7]}, MIT",
+    checksums={name: digest for digest, name in map(str.split, CHECKSUMS_FILE.read_text().splitlines())},
+    fetch_module="scope_envs.cooperbench.fetch",
+)
 
 # Upstream repository of each task family, and the base commit of each task (CooperBench's Dockerfiles).
 REPOSITORIES = {
@@ -39,7 +52,7 @@ REPOSITORIES = {
     "pillow_task": "https://github.com/python-pillow/Pillow.git",
     "react_hook_form_task": "https://github.com/react-hook-form/react-hook-form.git",
     "samuelcolvin_dirty_equals_task": "https://github.com/samuelcolvin/dirty-equals.git",
-    "typst": "https://github.com/typst/typst.git",
+    "typst_task": "https://github.com/typst/typst.git",
 }
 BASE_COMMITS = {
     "dottxt_ai_outlines_task/task1371": "7149a5e613b9c2bb3c2ed3ee5b7c9228772504b1",
@@ -71,13 +84,13 @@ BASE_COMMITS = {
     "react_hook_form_task/task153": "cec3267e12aaee01b6a17b657f9297021defdc50",
     "react_hook_form_task/task85": "b5863b46346416972c025f4b621cb624ffc4a955",
     "samuelcolvin_dirty_equals_task/task43": "593bcccf738ab8b724d7cb860881d74344171f5f",
-    "typst/task6554": "b8034a343831e8609aec2ec81eb7eeda57aa5d81",
+    "typst_task/task6554": "b8034a343831e8609aec2ec81eb7eeda57aa5d81",
 }
 # Task families whose tests are not Python (pytest) and need another toolchain.
-NON_PYTHON = frozenset({"go_chi_task", "react_hook_form_task", "typst"})
+NON_PYTHON = frozenset({"go_chi_task", "react_hook_form_task", "typst_task"})
 
 
-class DatasetNotFoundError(FileNotFoundError):
+class DatasetNotFoundError(MissingDataError):
     """No CooperBench dataset could be found or downloaded."""
 
 
@@ -139,16 +152,15 @@ def parse_item_id(item_id: str) -> tuple[str, int, int]:
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "scope" / "cooperbench"
+    return user_cache("cooperbench")
 
 
 def _is_dataset(path: Path) -> bool:
     return path.is_dir() and any(path.glob("*_task/task*/feature*/feature.md"))
 
 
-def locate_dataset(path: str | os.PathLike[str] | None = None, *, download: bool = True) -> Path:
-    """The dataset root; raises `DatasetNotFoundError` naming every way to provide it."""
+def locate_dataset(path: str | os.PathLike[str] | None = None, *, download: bool = False) -> Path:
+    """The dataset root; else `DatasetNotFoundError`, one line naming the setting and the data's home."""
     if path is not None:
         root = Path(path)
         if not _is_dataset(root):
@@ -158,34 +170,41 @@ def locate_dataset(path: str | os.PathLike[str] | None = None, *, download: bool
     for label, candidate in ((f"${ENV_VAR}", os.environ.get(ENV_VAR)), ("the cache", cache_dir() / "dataset")):
         if candidate and _is_dataset(Path(candidate)):
             return Path(candidate)
-        if candidate:
-            tried.append(f"{label}: nothing at {candidate}")
+        tried.append(f"{label}: nothing at {candidate}" if candidate else f"{label}: unset")
     if download:
-        try:
-            return download_dataset()
-        except (OSError, tarfile.TarError, ValueError) as error:
-            tried.append(f"download: {error}")
-    raise DatasetNotFoundError(
-        "CooperBench dataset not found. Pass data_dir=PATH (the dataset/ folder of github.com/cooperbench/CooperBench),"
-        f" set ${ENV_VAR}, or allow the download. Tried: " + "; ".join(tried)
-    )
+        return download_dataset()
+    found = "; ".join(tried)
+    raise DatasetNotFoundError(DATASET.message(f"CooperBench dataset not found ({found}; download=True fetches it)"))
 
 
-def download_dataset(timeout: float = 60.0) -> Path:
-    """Downloads the dataset folder of the CooperBench repository at a fixed commit into the cache."""
+def fetch_dataset(folder: Path, archive_url: str = DATASET_URL, *, timeout: float = 120.0) -> Path:
+    """The files of `DATASET` from the repository's archive at the commit (or a copy of that archive)
+    into `folder`, kept only when every one of them matches its checksum; else `MissingDataError`."""
+    try:
+        payload = read_url(archive_url, timeout)
+        with tarfile.open(fileobj=io.BytesIO(payload), mode="r:gz") as archive:
+            files = {}
+            for member in archive.getmembers():
+                name = member.name.partition("/dataset/")[2]
+                if member.isfile() and name in DATASET.checksums:
+                    files[name] = archive.extractfile(member).read()
+    except (OSError, tarfile.TarError) as error:
+        raise DATASET.error(f"could not read {archive_url} ({error})") from error
+    absent = sorted(set(DATASET.checksums) - set(files))
+    if absent:
+        raise DATASET.error(f"{archive_url} lacks {len(absent)} files of the dataset, among them {absent[0]}")
+    return keep_checked(DATASET, files, folder, dict.fromkeys(files, archive_url))
+
+
+def download_dataset(timeout: float = 120.0) -> Path:
+    """Fetches the dataset once into the cache (`<cache>/dataset`), whole or not at all."""
     target = cache_dir() / "dataset"
-    with urllib.request.urlopen(DATASET_URL, timeout=timeout) as response:  # a fixed https URL
-        payload = response.read()
     staging = Path(tempfile.mkdtemp(prefix="dataset-", dir=_ensure(cache_dir())))
-    with tarfile.open(fileobj=io.BytesIO(payload), mode="r:gz") as archive:
-        members = [m for m in archive.getmembers() if "/dataset/" in m.name and (m.isfile() or m.isdir())]
-        for member in members:
-            member.name = member.name.split("/dataset/", 1)[1]
-        archive.extractall(staging, members=[m for m in members if m.name], filter="data")
-    if not _is_dataset(staging):
+    try:
+        fetch_dataset(staging, timeout=timeout)
+        staging.rename(target)
+    finally:
         shutil.rmtree(staging, ignore_errors=True)
-        raise ValueError("the downloaded archive holds no dataset/ folder")
-    staging.rename(target)
     return target
 
 
@@ -215,7 +234,6 @@ def load_task(root: Path, name: str) -> Task:
 
 def task_names(root: Path) -> list[str]:
     names = [f"{p.parent.name}/{p.name}" for p in Path(root).glob("*_task/task*") if p.is_dir()]
-    names += [f"{p.parent.name}/{p.name}" for p in Path(root).glob("typst/task*") if p.is_dir()]
     return sorted(set(names), key=lambda n: (n.split("/")[0], int(n.split("task")[-1])))
 
 

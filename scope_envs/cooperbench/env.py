@@ -62,7 +62,7 @@ class CooperBenchEnv(DialogueEnv):
         pairs: Sequence[str] | None = None,
         checkouts: Mapping[str, str | os.PathLike[str]] | None = None,
         online: bool = False,
-        download: bool = True,
+        download: bool = False,
         partial_credit: bool = False,
         command_timeout: float = 120.0,
         test_timeout: float = 300.0,

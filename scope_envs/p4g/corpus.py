@@ -4,36 +4,64 @@ Where personas come from, in order: a path given by the caller; the directory or
 `$SCOPE_P4G_DATA`; a copy downloaded earlier into the user cache; a download of `full_info.csv`
 from the official repository into that cache (checked against its known SHA-256). Both the
 official layout (`full_info.csv`) and ConvoKit's `persuasionforgood-corpus` directory are read.
+`CORPUS` names the official files and their checksums; `fetch_corpus` (`python -m
+scope_envs.p4g.fetch DIR`) downloads all of them, checked, into a folder for `$SCOPE_P4G_DATA`.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import os
-import tempfile
 import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
+from scope_envs.core.data import DataSet, MissingDataError, fetch_files, read_url, sha256, user_cache, write_atomically
 from scope_envs.p4g.personas import PersonaPair, pairs_from_rows
 
 ENV_VAR = "SCOPE_P4G_DATA"
+REPOSITORY_URL = "https://gitlab.com/ucdavisnlp/persuasionforgood/-/raw/master/"
+# Each file of a copy, and its path in the official repository.
+UPSTREAM_PATHS = {
+    "full_dialog.csv": "data/FullData/full_dialog.csv",
+    "full_info.csv": "data/FullData/full_info.csv",
+    "300_dialog.xlsx": "data/AnnotatedData/300_dialog.xlsx",
+    "300_info.xlsx": "data/AnnotatedData/300_info.xlsx",
+    "LICENSE": "LICENSE",
+}
+CORPUS = DataSet(
+    title="the Persuasion for Good corpus",
+    setting=ENV_VAR,
+    home="gitlab.com/ucdavisnlp/persuasionforgood, Apache-2.0",
+    checksums={
+        "full_dialog.csv": "3ecaa3e9f0577170b91c3306d2439c910150cf010b76e7637ef3bab724075a9f",
+        "full_info.csv": "93be6f62d41f4925e8be21534c23cd75444e1a5d5384abe13b15eda2b37838b4",
+        "300_dialog.xlsx": "48e292ceb4b5574694e82581eb2a25883ce9ef75817193820dfe3c5621c62767",
+        "300_info.xlsx": "5d07b790f7794cba6c1cb96f680ccb38053fac133077b613fa121c2588172f2f",
+        "LICENSE": "3a6fae17894cb2907700bb95910241bd67f921e78d6f3c75ca347fb6bd204a46",
+    },
+    fetch_module="scope_envs.p4g.fetch",
+)
 URL_ENV_VAR = "SCOPE_P4G_URL"  # a mirror of the official data/FullData/ folder
-OFFICIAL_URL = "https://gitlab.com/ucdavisnlp/persuasionforgood/-/raw/master/data/FullData/"
+OFFICIAL_URL = REPOSITORY_URL + "data/FullData/"
 INFO_FILE = "full_info.csv"
-INFO_SHA256 = "93be6f62d41f4925e8be21534c23cd75444e1a5d5384abe13b15eda2b37838b4"
+INFO_SHA256 = CORPUS.checksums[INFO_FILE]
 
 
-class CorpusNotFoundError(FileNotFoundError):
+class CorpusNotFoundError(MissingDataError):
     """No Persuasion for Good corpus could be found or downloaded."""
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "scope" / "p4g"
+    return user_cache("p4g")
+
+
+def fetch_corpus(folder: Path, repository_url: str = REPOSITORY_URL, *, timeout: float = 60.0) -> Path:
+    """Downloads every file of `CORPUS` from the repository (or a mirror of its layout) into
+    `folder`, kept only when all of them match their checksums."""
+    base = repository_url.rstrip("/") + "/"
+    return fetch_files(CORPUS, {name: base + path for name, path in UPSTREAM_PATHS.items()}, folder, timeout=timeout)
 
 
 def locate_corpus(path: str | os.PathLike[str] | None = None, *, download: bool = True, timeout: float = 20.0) -> Path:
@@ -58,8 +86,9 @@ def locate_corpus(path: str | os.PathLike[str] | None = None, *, download: bool 
             tried.append(f"download: {error}")
     raise CorpusNotFoundError(
         "Persuasion for Good corpus not found. Pass its path (persona_source=PATH), set "
-        f"${ENV_VAR} to a folder holding {INFO_FILE} (or ConvoKit's persuasionforgood-corpus), or go "
-        f"online once so that it is downloaded into {cache_dir()}. Tried: " + "; ".join(tried)
+        f"${ENV_VAR} to a folder holding {INFO_FILE} (or ConvoKit's persuasionforgood-corpus; "
+        f"`{CORPUS.fetch_command}` makes one), or go online once so that it is downloaded into "
+        f"{cache_dir()}. Tried: " + "; ".join(tried)
     )
 
 
@@ -76,16 +105,12 @@ def _corpus_at(path: Path) -> Path | None:
 def download_corpus(*, timeout: float = 20.0) -> Path:
     """Downloads `full_info.csv` once into the cache, atomically, and checks its SHA-256."""
     url = os.environ.get(URL_ENV_VAR, OFFICIAL_URL).rstrip("/") + "/" + INFO_FILE
-    target = cache_dir() / INFO_FILE
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        payload = response.read()
-    digest = hashlib.sha256(payload).hexdigest()
+    payload = read_url(url, timeout)
+    digest = sha256(payload)
     if digest != INFO_SHA256:
         raise ValueError(f"{url} has SHA-256 {digest}, not the known {INFO_SHA256}; point ${ENV_VAR} at a copy instead")
-    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as handle:
-        handle.write(payload)
-    os.replace(handle.name, target)
+    target = cache_dir() / INFO_FILE
+    write_atomically(target, payload)
     return target
 
 

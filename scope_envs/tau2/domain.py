@@ -5,8 +5,8 @@ never-modified base of every episode; episodes run tau2's tools on copy-on-write
 (`scope_envs.tau2.cow`). Splits are tau2's `split_tasks.json`. The tasks are one of two task sets,
 both read by tau2's own loader (`load_file`, `Task.model_validate`): `"tau2"`, the `tasks.json` of
 the installed package (before tau3's corrections), and `"tau3"`, tau2-bench's τ³ 1.0.0 tasks
-(`data/tau3/`, their source and license in its README). Both task sets of a domain share one
-database, policy and tool set.
+(never shipped: `scope_envs.tau2.tau3` finds or fetches them and checks them). Both task sets of
+a domain share one database, policy and tool set.
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from scope_envs.core.extras import MissingExtraError, install_command, needs_extra
-from scope_envs.tau2 import cow
+from scope_envs.tau2 import cow, tau3
 
 DOMAINS = ("retail", "airline")
 TASK_SETS = ("tau2", "tau3")
 DEFAULT_TASK_SET = "tau2"
-TAU3_TASKS = Path(__file__).with_name("data") / "tau3"
 INSTALL_HINT = install_command("tau2")
 
 
@@ -113,7 +112,7 @@ def _with_task_set(name: str, task_set: str) -> Tau2Domain:
     installed = _installed(name)
     if task_set == installed.task_set:
         return installed
-    tasks = load_tasks(TAU3_TASKS / f"{name}_tasks.json")
+    tasks = load_tasks(tau3.task_file(name))
     if set(tasks) != set(installed.tasks):
         raise ValueError(f"the {task_set} {name} tasks are not the installed domain's task ids")
     # Its own gold states (keyed by task id) and lock; the base database and its serialisations are shared.
