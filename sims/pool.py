@@ -1,16 +1,18 @@
 """`CheckpointPool`: a FIFO pool of simulator checkpoints on disk, sampled once per rollout group.
 
-Every checkpoint lives in its own directory (`ckpt-000007/`), written under a temporary name and
-renamed into place, and the manifest (`pool.json`) is replaced atomically after each change, so a
-crash at any point leaves a pool that reopens as it was before the change or after it. Directories
-the manifest does not name (a half-written checkpoint, one evicted just before a crash) are removed
-when the pool is opened. A member's `id` never repeats: use it as the adapter name when serving
-LoRA adapters (vLLM caches adapters by name).
+Every checkpoint lives in its own directory (`ckpt-000007/`), written under a temporary name with
+the manifest of its files' checksums (`sims.checksums`, as a training checkpoint) and renamed into
+place, and the pool's manifest (`pool.json`) is replaced atomically after each change, so a crash at
+any point leaves a pool that reopens as it was before the change or after it. Directories the pool's
+manifest does not name (a half-written checkpoint, one evicted just before a crash) are removed
+when the pool is opened. A member is checked against its checksums before it is first loaded: a
+damaged one raises `DamagedSnapshot`, never loads. A member's `id` never repeats: use it as the
+adapter name when serving LoRA adapters (vLLM caches adapters by name).
 
 A trainer that resumes from a checkpoint older than the pool's last changes opens the pool with
 `retain_evicted=True`: evicted members then stay on disk (listed as retired in the manifest) until
-`purge_evicted(step)` is called once a checkpoint at `step` is safely written, so `drop_after`
-can restore the pool exactly as it was at any step since that checkpoint.
+`purge_evicted(step)` is called once no checkpoint a resume may start from is older than `step`,
+so `drop_after` can restore the pool exactly as it was at any step since then.
 
 A pool opened with `read_only=True` is another process's view of a pool that one writer keeps
 (the ranks of a data-parallel learner): it changes nothing on disk, and `refresh()` re-reads the
@@ -32,9 +34,14 @@ from typing import Any
 import numpy as np
 
 from scope_envs.core.failpoints import failpoint
+from sims.checksums import fsync_directory, verify_checkpoint, write_checkpoint_manifest
 
 MANIFEST = "pool.json"
 SAMPLING = ("uniform", "latest")  # a uniform draw per group, or always the newest candidate
+
+
+class DamagedSnapshot(RuntimeError):
+    """A pool member whose files do not match its checksums (or that has none): it is not loaded."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,7 @@ class CheckpointPool:
         self._evicted: list[tuple[PoolMember, int]] = []  # (member, step it was evicted at), kept on disk
         self._next_id = 0
         self._loaded: dict[str, Any] = {}
+        self._verified: set[str] = set()  # a member never changes once written: checked once per process
         self._open()
 
     @property
@@ -96,10 +104,12 @@ class CheckpointPool:
                 write(staging)
             else:
                 shutil.copytree(write, staging, dirs_exist_ok=True)
+            write_checkpoint_manifest(staging, step)
             staging.rename(self.path(member))
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+        fsync_directory(self.root)
         self._next_id += 1
         self._members.append(member)
         evicted, self._members = self._members[: -self.max_size], self._members[-self.max_size :]
@@ -122,12 +132,26 @@ class CheckpointPool:
         return self._members[index] if index < len(self._members) else None
 
     def load(self, member: PoolMember) -> Any:
-        """The member as a simulator, through `loader`; loaded members are kept until `release()`."""
+        """The member as a simulator, through `loader`, once it matches its checksums (else
+        `DamagedSnapshot`); loaded members are kept until `release()`."""
         if self.loader is None:
             raise RuntimeError("this pool has no loader: pass loader=... to turn checkpoints into simulators")
         if member.id not in self._loaded:
+            problem = self.damage(member)
+            if problem is not None:
+                raise DamagedSnapshot(problem)
             self._loaded[member.id] = self.loader(self.path(member))
         return self._loaded[member.id]
+
+    def damage(self, member: PoolMember) -> str | None:
+        """What is wrong with a member against its checksums, in a sentence naming it, or None."""
+        if member.id in self._verified:
+            return None
+        problem = verify_checkpoint(self.path(member))
+        if problem is not None:
+            return f"simulator pool snapshot {member.id} (step {member.step}) in {self.root} is damaged: {problem}"
+        self._verified.add(member.id)
+        return None
 
     def release(self) -> None:
         """Forgets the loaded members (e.g. after each training step, when the pool may change),

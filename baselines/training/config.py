@@ -1,4 +1,6 @@
-"""Training configuration: one dataclass, loaded from YAML with `key=value` overrides, validated."""
+"""Training configuration: one dataclass, loaded from YAML with `key=value` overrides, validated;
+saved with its credentials redacted (`baselines.training.secrets`), and checked on `--resume`
+against the config the run's steps so far ran with (`resume_changes`)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from baselines.training.loss import AGGREGATIONS
 from baselines.training.methods import method_for
 from baselines.training.policy import language_model_of
 from baselines.training.rollouts import DEFAULT_ROLLOUT, ROLLOUTS
+from baselines.training.secrets import redacted, without_redacted
 from sims.pool import SAMPLING
 
 DTYPES = ("float32", "bfloat16")
@@ -118,7 +121,14 @@ class TrainConfig:
     output_dir: str = "runs/train"
 
     def validate(self) -> TrainConfig:
-        problems = []
+        # text where a number belongs (`steps=many`) would fail the comparisons below with a TypeError
+        problems = [
+            f"{f.name} must be a number, got {getattr(self, f.name)!r}"
+            for f in dataclasses.fields(self)
+            if _is_number(f.default) and not _is_number(getattr(self, f.name))
+        ]
+        if problems:
+            raise ValueError("invalid training config:\n  " + "\n  ".join(problems))
         if not self.env:
             problems.append("env is required: a registered environment name (`scope envs` lists them)")
         try:
@@ -191,6 +201,10 @@ class TrainConfig:
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def shipped_configs(kind: str = "configs") -> list[Path]:
     """The YAML files each benchmark ships in its own folder: training configs
     (`scope_envs/<benchmark>/configs/`) or `scope demo` studies (`.../studies/`)."""
@@ -217,10 +231,11 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     (values read by `baselines.arguments.parse_value`, as every `scope` command reads them)."""
     values: dict[str, Any] = {}
     if path is not None:
-        loaded = yaml.safe_load(find_config(path).read_text()) or {}
+        with find_config(path).open() as file:  # read from the file, a YAML error names it
+            loaded = yaml.safe_load(file) or {}
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: a training config is a mapping of keys to values")
-        values.update(loaded)
+        values.update(without_redacted(loaded))  # a saved run's config: its keys come from elsewhere
     values.update(parse_key_value(item, "an override") for item in overrides)
     unknown = [key for key in values if key not in FIELDS]
     if unknown:
@@ -232,5 +247,47 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     return TrainConfig(**values).validate()
 
 
+def saved_values(config: TrainConfig) -> dict[str, Any]:
+    """The config's values as a run saves, logs and prints them: without credentials."""
+    return redacted(dataclasses.asdict(config))
+
+
 def dump_config(config: TrainConfig) -> str:
-    return yaml.safe_dump(dataclasses.asdict(config), sort_keys=False)
+    return yaml.safe_dump(saved_values(config), sort_keys=False)
+
+
+# What `--resume` may change: how long the run goes on (`steps`, to extend it), where it lives, what
+# it logs and which checkpoints it keeps; none alters what a step computes. Any other change would
+# make the run's config describe steps that ran with other values, so a resume refuses it.
+RESUMABLE_CHANGES = (
+    "steps",
+    "output_dir",
+    "about",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "save_episodes",
+    "tensorboard",
+    "wandb",
+    "wandb_project",
+    "wandb_mode",
+)
+
+
+def resume_changes(recorded: dict[str, Any], config: TrainConfig) -> dict[str, tuple[Any, Any]]:
+    """The keys outside `RESUMABLE_CHANGES` whose value in `config` differs from `recorded` (the
+    saved config of the run's steps so far), as (recorded, new). Credentials are left out of both:
+    a key given again, or now taken from the environment, changes nothing. A key `recorded` lacks
+    (saved before the key existed) ran with its default."""
+    defaults = saved_values(TrainConfig())
+    old = without_redacted({**defaults, **{key: value for key, value in recorded.items() if key in FIELDS}})
+    new = without_redacted(saved_values(config))
+    return {
+        key: (old.get(key), new.get(key))
+        for key in FIELDS
+        if key not in RESUMABLE_CHANGES and _comparable(old.get(key)) != _comparable(new.get(key))
+    }
+
+
+def _comparable(value: Any) -> Any:
+    """A value as YAML saves it (a tuple is a list), so a recorded value equals the one it came from."""
+    return yaml.safe_load(yaml.safe_dump(value))

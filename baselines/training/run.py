@@ -59,6 +59,24 @@ class Run:
     def name(self) -> str:
         return self.folder.name
 
+    def recorded_config(self) -> dict[str, Any] | None:
+        """The config the run's steps so far ran with, as it was saved (credentials redacted): its
+        `config.yaml`, else the config recorded in its newest readable checkpoint; None if neither."""
+        import yaml
+
+        try:
+            values = yaml.safe_load((self.folder / CONFIG_FILE).read_text())
+        except (OSError, yaml.YAMLError):
+            values = None
+        if isinstance(values, dict):
+            return values
+        for _, directory in sorted(self.checkpoint_steps().items(), reverse=True):
+            try:
+                return dict(json.loads((directory / "state.json").read_text())["config"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return None
+
     @property
     def method(self) -> Any:
         from baselines.training.methods import method_for

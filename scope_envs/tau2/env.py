@@ -43,7 +43,7 @@ from scope_envs.tau2.prompts import (
     first_agent_message,
     user_system_prompt,
 )
-from scope_envs.tau2.reward import Evaluation, evaluate, judged_in_reward
+from scope_envs.tau2.reward import Evaluation, JudgeError, evaluate, judged_in_reward
 from scope_envs.tau2.trajectory import to_tau2_messages
 
 USER_END_TOKENS = ((USER_STOP, "user_stop"), (USER_TRANSFER, "user_transfer"), (USER_OUT_OF_SCOPE, "user_out_of_scope"))
@@ -194,7 +194,13 @@ class Tau2Env(DialogueEnv):
         )
 
     def compute_rewards(self, end: EpisodeEnd) -> dict[str, Reward]:
-        result = self.evaluate(end)
+        try:
+            result = self.evaluate(end)
+        except JudgeError as error:
+            # the judge failed, not the conversation: the episode ends as a policy's failure would
+            # (read back by the transition being built), so its reward is never trained on
+            self.end = EpisodeEnd(error.end_reason, terminated=False, detail=str(error))
+            result = Evaluation(0.0, {}, {"ended_by": end.reason, "judge_error": str(error)})
         user_value = user_reward_from(result.reward, self.user_reward)
         return {
             AGENT: Reward(result.reward, result.components, result.details),

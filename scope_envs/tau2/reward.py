@@ -13,6 +13,12 @@ other, and compares SHA-256 hashes of the two full databases. Here:
 The other components are tau2's own code (`CommunicateEvaluator`, `Action.compare_with_tool_call`,
 `Environment.run_env_assertion`) on the episode's data. The reward is the product over the task's
 reward basis, and 0 unless the episode ended by an agent or user stop, as in tau2.
+
+The NL judge's failures are its own, never the episode's: where its verdict is scored, a judge that
+cannot reply (an API error after its retries) or replies with no verdict raises `JudgeError`, which
+the env turns into a failure outside the conversation (`policy_error`, never trained on); where it
+is only reported, the report says why it is missing. A `FatalPolicyError` (a rejected key, an
+unknown model) always propagates and stops the run.
 """
 
 from __future__ import annotations
@@ -23,11 +29,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from scope_envs.core.policy import PolicyError
 from scope_envs.tau2 import cow
 from scope_envs.tau2.domain import Tau2Domain
 from scope_envs.tau2.prompts import NL_JUDGE_SYSTEM_PROMPT, NL_JUDGE_USER_PROMPT
 
 ENV_BASES = frozenset({"DB", "ENV_ASSERTION"})
+
+
+class JudgeError(PolicyError):
+    """The NL judge could not give a verdict that the reward scores: the episode failed outside its
+    conversation, as when a player's API fails (`end_reason == "policy_error"`)."""
 
 
 @dataclass(frozen=True)
@@ -175,9 +187,17 @@ def evaluate(
                 raise ValueError(f"task {task.id} has NL assertions in its reward basis: pass nl_judge=")
             details["nl_assertions"] = _nl_not_evaluated(nl_assertions, "no judge supplied (nl_judge=)")
         else:
-            nl_reward, details["nl_assertions"] = judge_nl_assertions(judge, trajectory() if trajectory else [], task)
-            details["nl_assertions"]["in_reward_basis"] = "NL_ASSERTION" in basis
-            if "NL_ASSERTION" in basis:
+            scored = "NL_ASSERTION" in basis
+            try:
+                nl_reward, details["nl_assertions"] = judge_nl_assertions(
+                    judge, trajectory() if trajectory else [], task
+                )
+            except JudgeError as error:
+                if scored:
+                    raise
+                details["nl_assertions"] = _nl_not_evaluated(nl_assertions, str(error))
+            details["nl_assertions"]["in_reward_basis"] = scored
+            if scored:
                 components["NL_ASSERTION"] = nl_reward
 
     # Communication: tau2's substring check over the agent's messages.
@@ -206,7 +226,8 @@ def _nl_not_evaluated(assertions: list[str], reason: str) -> dict[str, Any]:
 
 
 def judge_nl_assertions(judge: Any, trajectory: list[Any], task: Any) -> tuple[float, dict[str, Any]]:
-    """tau2's NL-assertion judgement, with `judge` (any chat policy) in place of tau2's fixed model."""
+    """tau2's NL-assertion judgement, with `judge` (any chat policy) in place of tau2's fixed model;
+    `JudgeError` when the judge cannot reply or its reply is not a verdict."""
     assertions = list(task.evaluation_criteria.nl_assertions or [])
     if not assertions:
         return 1.0, {"evaluated": True, "assertions": [], "checks": []}
@@ -215,17 +236,16 @@ def judge_nl_assertions(judge: Any, trajectory: list[Any], task: Any) -> tuple[f
     messages = [{"role": "system", "content": NL_JUDGE_SYSTEM_PROMPT}, {"role": "user", "content": prompt}]
     try:
         reply = judge.respond(messages, None)
+    except PolicyError as error:
+        raise JudgeError(f"tau2's NL judge could not reply: {error}") from error
+    try:
         results = json.loads(_reply_text(reply)).get("results", [])
         checks = [
             {"assertion": r["expectedOutcome"], "met": bool(r["metExpectation"]), "justification": r["reasoning"]}
             for r in results
         ]
-    except Exception as error:  # a judge failure scores the assertions as unmet, and says why
-        return 0.0, {
-            "evaluated": False,
-            "reason": f"judge failed: {type(error).__name__}: {error}",
-            "assertions": assertions,
-        }
+    except (ValueError, TypeError, KeyError, AttributeError) as error:
+        raise JudgeError(f"tau2's NL judge replied with no verdict: {type(error).__name__}: {error}") from None
     return (1.0 if all(check["met"] for check in checks) else 0.0), {
         "evaluated": True,
         "assertions": assertions,

@@ -104,4 +104,5 @@ class Method:
         """After step `step` (counted from 1) was taken, before evaluation and the checkpoint."""
 
     def saved(self, trainer: Any, step: int) -> None:
-        """After the checkpoint of `step` was written."""
+        """After the checkpoint of `step` was written and the checkpoints beyond `keep_checkpoints`
+        pruned (`trainer.folder.checkpoint_steps()` are those a resume may still start from)."""

@@ -3,6 +3,7 @@ snapshots, drawn per group from a FIFO checkpoint pool (`sim_pool/` of the run f
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from baselines.training.methods.base import MemoryTerms
 from baselines.training.methods.cotrain import CoTrain
-from baselines.training.run import POOL_FOLDER
+from baselines.training.run import POOL_FOLDER, RunError
 from scope_envs.core.dialogue import AGENT, USER
 from sims.opponents import LIVE, Population
 from sims.pool import CheckpointPool
@@ -69,6 +70,18 @@ class PopulationCoTrain(CoTrain):
 
     def resumed(self, trainer: Any, step: int) -> None:
         self.pool.drop_after(step)
+        # refused before any step: a resume draws from the pool exactly as the run did
+        members = [member.id for member in self.pool.members]
+        state = json.loads((trainer.folder.checkpoint_steps()[step] / "state.json").read_text())
+        if state.get("pool", members) != members:  # a checkpoint written before it recorded its pool has none
+            lost = sorted(set(state["pool"]) - set(members)) or state["pool"]
+            raise RunError(
+                f"the simulator pool of step {step} cannot be restored: it held {state['pool']}, and {lost} "
+                "are no longer on disk; start over with --overwrite"
+            )
+        damaged = [problem for member in self.pool.members if (problem := self.pool.damage(member))]
+        if damaged:
+            raise RunError(f"{'; '.join(damaged)}; restore it, or start over with --overwrite")
 
     def following(self, trainer: Any) -> None:
         self.pool.refresh()
@@ -95,4 +108,6 @@ class PopulationCoTrain(CoTrain):
                 self.pool.refresh()
 
     def saved(self, trainer: Any, step: int) -> None:
-        self.pool.purge_evicted(step)  # members evicted up to now are no longer needed to resume
+        # a resume may fall back to any kept checkpoint (the newer ones damaged): only members evicted
+        # by the oldest of them are no longer needed to restore its pool
+        self.pool.purge_evicted(min(trainer.folder.checkpoint_steps(), default=step))
