@@ -25,10 +25,8 @@ import argparse
 import json
 import math
 import multiprocessing
-import os
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +34,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+PROVENANCE = "kernels.json"  # what the runs computed with, beside summary.json (which holds only results)
 STUDY = "collapse_v1"  # the shipped study of that name (`scope_envs/<benchmark>/studies/collapse_v1.yaml`)
 
 METHODS = ("single", "heldout", "vs", "cotrain", "population")
@@ -155,6 +154,16 @@ def _init_worker(counter: Any) -> None:
     _STEPS_DONE = counter
 
 
+def _worker_kernels() -> dict[str, Any]:
+    """The kernels a training worker computes with (`baselines.training.portable`)."""
+    import torch
+
+    from baselines.training.portable import kernels_in_use
+
+    torch.set_num_threads(1)
+    return kernels_in_use()
+
+
 def _train(config: dict[str, Any]) -> list[dict[str, Any]]:
     import torch
 
@@ -170,16 +179,21 @@ def _train(config: dict[str, Any]) -> list[dict[str, Any]]:
     return Trainer(TrainConfig(**config).validate()).run(progress=False, on_step=tick, overwrite=True)
 
 
-def run_all(settings: DemoSettings, *, progress: bool = True) -> dict[str, list[list[dict[str, Any]]]]:
-    """Every method x seed, `settings.jobs` at a time; the metric histories per method."""
+def run_all(
+    settings: DemoSettings, *, progress: bool = True
+) -> tuple[dict[str, list[list[dict[str, Any]]]], tuple[float, float]]:
+    """Every method x seed, `settings.jobs` at a time, in processes that compute the same on any
+    CPU (`baselines.training.portable`): the metric histories per method, and the untrained agent's
+    held-out success."""
     from tqdm.auto import tqdm
+
+    from baselines.training.portable import portable_pool
 
     # Co-training runs take the longest (a second learner): started first, they leave no
     # process idle at the end.
     longest_first = sorted(settings.methods, key=lambda m: m not in ("cotrain", "population"))
     jobs = [(method, seed) for method in longest_first for seed in range(settings.seeds)]
-    context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-    counter = context.Value("i", 0)
+    counter = multiprocessing.get_context("spawn").Value("i", 0)
     bar = tqdm(total=len(jobs) * settings.steps, desc="demo", unit="step", disable=not progress)
     done = threading.Event()
 
@@ -191,17 +205,21 @@ def run_all(settings: DemoSettings, *, progress: bool = True) -> dict[str, list[
     watcher = threading.Thread(target=follow, daemon=True)
     watcher.start()
     try:
-        with ProcessPoolExecutor(
-            max_workers=settings.jobs, mp_context=context, initializer=_init_worker, initargs=(counter,)
-        ) as pool:
+        with portable_pool(settings.jobs, initializer=_init_worker, initargs=(counter,)) as pool:
             futures = {job: pool.submit(_train, run_config(settings, *job)) for job in jobs}
+            untrained = pool.submit(untrained_success, settings)
+            kernels = pool.submit(_worker_kernels)
             histories = {job: future.result() for job, future in futures.items()}
+            baseline = untrained.result()
+        (Path(settings.out) / PROVENANCE).write_text(json.dumps(kernels.result(), indent=1))
     finally:
         done.set()
         watcher.join()
         bar.n = counter.value
         bar.close()
-    return {method: [histories[(method, seed)] for seed in range(settings.seeds)] for method in settings.methods}
+    return {
+        method: [histories[(method, seed)] for seed in range(settings.seeds)] for method in settings.methods
+    }, baseline
 
 
 # ---- summaries -------------------------------------------------------------------------------------
@@ -362,6 +380,7 @@ def write_report(
         f"per method; Verbalized Sampling k = {settings.k}; pool size {settings.pool_size}, a snapshot every "
         f"{settings.pool_every} steps; {seconds:.0f} s on {settings.jobs} processes. The model and the study: "
         "docs/demo.md, docs/study/v1.",
+        kernels_line(json.loads((out / PROVENANCE).read_text())),
         "",
         *control_lines(control, effects),
         "",
@@ -400,6 +419,18 @@ def write_report(
     }
     (out / "summary.json").write_text(json.dumps(record, indent=1))
     return path
+
+
+def kernels_line(kernels: dict[str, Any]) -> str:
+    from baselines.training.portable import is_portable
+
+    used = (
+        f"torch {kernels.get('torch_cpu_capability')} kernels on {kernels.get('torch_threads')} thread(s), numpy "
+        f"{'+'.join([*kernels['numpy_baseline'], *kernels['numpy_dispatch']])}, MKL_CBWR {kernels['mkl_cbwr']}"
+    )
+    if is_portable(kernels):
+        return f"Computed with portable kernels ({used}): the same numbers on any {kernels['machine']} CPU."
+    return f"Computed with this CPU's own kernels ({used}): other CPUs may give other numbers."
 
 
 def uniform_entropy(env: str) -> float:
@@ -469,10 +500,9 @@ def run_demo(settings: DemoSettings, *, progress: bool = True) -> Path:
     started = time.perf_counter()
     out = Path(settings.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = run_all(settings, progress=progress)
+    results, baseline = run_all(settings, progress=progress)
     tail = max(settings.steps // 10, 1)
     plots = plot(results, out, smooth=max(min(tail, settings.steps // 4), 1), target=settings.target)
-    baseline = untrained_success(settings)
     finals = {m: [final_values(history, tail, settings.target) for history in runs] for m, runs in results.items()}
     return write_report(settings, finals, baseline, plots, time.perf_counter() - started)
 

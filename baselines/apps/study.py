@@ -6,11 +6,13 @@
     python -m baselines.apps.study verify --sample 5   # reruns recorded runs; fails on any difference
 
 Every run is a `scope demo` run of one (cell, arm, seed), trained two processes at a time; its
-outcomes and provenance (the commit, whether the tree was clean, the library versions) are kept in
+outcomes and provenance (the commit, whether the tree was clean, the library versions, and the
+platform: machine, the CPU code torch and numpy dispatch to, thread counts) are kept in
 `<out>/<cell>/runs/<arm>-seed<seed>/final.json`, so a stopped sweep resumes where it was. A sweep
 refuses to add runs made from another commit, or from a tree with uncommitted changes, to a folder
 that holds runs: a study's runs come from one commit. `analyze` writes `runs.jsonl`, the record
-`verify` reruns.
+`verify` reruns with the code of the recorded commit only, whatever the install; beside an outcome
+that differs it names the entries of the provenance that differ between the record and the rerun.
 """
 
 from __future__ import annotations
@@ -18,12 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing
-import os
 import subprocess
 import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from baselines.apps.demo import LABELS, DemoSettings, final_values, mean_interval, run_config
+from baselines.training.portable import kernels_in_use, portable_environment, portable_pool
 
 # The design, as pre-registered: cells, arms, seeds, and the decision rule's constants.
 GAMMAS = (1.0, 3.0, 10.0)
@@ -80,10 +81,22 @@ def cell_settings(base: DemoSettings, cell: Cell, out: Path) -> DemoSettings:
 # ---- provenance ----------------------------------------------------------------------------------
 
 
-def provenance() -> dict[str, Any]:
-    """What a run was made from: the commit, whether the tree held uncommitted changes, versions."""
-    from importlib.metadata import PackageNotFoundError, version
+# What beside the code and the library versions can change a run's numbers, as `verify` names it
+# (`baselines.training.portable.kernels_in_use`).
+PLATFORM_LABELS = {
+    "machine": "machine",
+    "numpy": "numpy",
+    "numpy_baseline": "numpy baseline instructions",
+    "numpy_dispatch": "numpy dispatched instructions",
+    "mkl_cbwr": "MKL_CBWR",
+    "torch": "torch",
+    "torch_cpu_capability": "torch CPU capability",
+    "torch_threads": "torch intra-op threads",
+}
 
+
+def provenance() -> dict[str, Any]:
+    """What a run was made from: the commit, whether the tree held uncommitted changes, and `environment`."""
     root = Path(__file__).resolve().parents[2]
 
     def git(*args: str) -> str:
@@ -92,19 +105,58 @@ def provenance() -> dict[str, Any]:
         except (OSError, subprocess.CalledProcessError):
             return ""
 
+    tracked_changes = git("status", "--porcelain", "--untracked-files=no", "--", "scope_envs", "sims", "baselines")
+    return {"commit": git("rev-parse", "HEAD") or None, "clean": tracked_changes == "", **environment(LIBRARIES)}
+
+
+# `environment` and the functions it calls also run in the rerun child, which must not import this
+# checkout's code: their source travels with it (`_rerun_program`), so they import nothing of the project.
+
+
+def environment(libraries: tuple[str, ...]) -> dict[str, Any]:
+    """The interpreter, the versions of `libraries` and the kernels in use (`kernels_in_use`)."""
+    import sys
+
+    return {"python": sys.version.split()[0], "versions": library_versions(libraries), "platform": kernels_in_use()}
+
+
+def library_versions(libraries: tuple[str, ...]) -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
     versions = {}
-    for name in LIBRARIES:
+    for name in libraries:
         try:
             versions[name] = version(name)
         except PackageNotFoundError:
             versions[name] = None
-    tracked_changes = git("status", "--porcelain", "--untracked-files=no", "--", "scope_envs", "sims", "baselines")
-    return {
-        "commit": git("rev-parse", "HEAD") or None,
-        "clean": tracked_changes == "",
-        "python": sys.version.split()[0],
-        "versions": versions,
-    }
+    return versions
+
+
+def provenance_entries(made: dict[str, Any]) -> dict[str, Any]:
+    """The entries of a provenance that can change a result, by the name `verify` reports them under."""
+    entries = {label: made[key] for key, label in (("commit", "commit"), ("python", "Python")) if key in made}
+    entries.update(made.get("versions", {}))
+    entries.update({PLATFORM_LABELS.get(key, key): value for key, value in made.get("platform", {}).items()})
+    return entries
+
+
+def provenance_differences(recorded: dict[str, Any], here: dict[str, Any]) -> list[str]:
+    """Each entry that differs between a recorded run's provenance and its rerun's, named; an entry
+    the record lacks (older records have no platform) is "not recorded"."""
+    before, now = provenance_entries(recorded), provenance_entries(here)
+    differences = []
+    for name in dict.fromkeys([*before, *now]):
+        if name not in before:
+            differences.append(f"{name} not recorded ({_shown(now[name])} here)")
+        elif name not in now:
+            differences.append(f"{name} {_shown(before[name])} (recorded), not reported here")
+        elif before[name] != now[name]:
+            differences.append(f"{name} {_shown(before[name])} (recorded) vs {_shown(now[name])} (here)")
+    return differences
+
+
+def _shown(value: Any) -> str:
+    return "unset" if value is None else str(value)
 
 
 def check_provenance(out: Path, current: dict[str, Any]) -> None:
@@ -131,7 +183,8 @@ def _run(config: dict[str, Any], tail: int, target: str | None, made: dict[str, 
 
     started = time.perf_counter()
     finals = final_values(_train(config), tail, target)
-    result = {**finals, "seconds": time.perf_counter() - started, "provenance": made}
+    # The kernels after training: the threads and CPU dispatch the run itself used.
+    result = {**finals, "seconds": time.perf_counter() - started, "provenance": {**made, "platform": kernels_in_use()}}
     path = Path(config["output_dir"]) / FINAL
     (path.parent / "run_config.json").write_text(json.dumps(config, sort_keys=True))
     tmp = path.with_suffix(".tmp")
@@ -160,10 +213,9 @@ def run_configs(todo: list[dict[str, Any]], base: DemoSettings, *, jobs: int = 2
 
     made = provenance()
     tail = max(base.steps // 10, 1)
-    context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
     with (
         tqdm(total=len(todo), desc="study", unit="run", disable=not progress) as bar,
-        ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool,
+        portable_pool(jobs) as pool,  # the same numbers on any CPU (baselines.training.portable)
     ):
         pending = {pool.submit(_run, config, tail, base.target, made) for config in todo}
         while pending:
@@ -446,29 +498,85 @@ def write_record(out: Path, path: Path, target: str | None = None) -> int:
 
 def rerun(config: dict[str, Any], target: str | None) -> dict[str, Any]:
     """One recorded run again, here, in a scratch folder: its outcomes."""
+    return rerun_here(config, target)[0]
+
+
+def rerun_here(config: dict[str, Any], target: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`rerun`: its outcomes and its provenance."""
     import tempfile
 
-    with tempfile.TemporaryDirectory() as scratch:
+    with tempfile.TemporaryDirectory() as scratch, portable_pool(1) as pool:
         config = {**config, "output_dir": str(Path(scratch) / "run")}
-        result = _run(config, max(config["steps"] // 10, 1), target, provenance())
-    return {k: v for k, v in result.items() if k not in ("seconds", "provenance")}
+        result = pool.submit(_run, config, max(config["steps"] // 10, 1), target, provenance()).result()
+    return {k: v for k, v in result.items() if k not in ("seconds", "provenance")}, result["provenance"]
 
 
-# What a child process runs at the recorded commit: only the demo's training and outcome functions,
-# which every commit of the v1 study has (in `baselines.demo` before the package was regrouped).
+# The project's top-level packages: a rerun at a commit takes them from that commit's tree only.
+PROJECT_PACKAGES = ("scope_envs", "sims", "baselines", "scope_verifiers")
+
+# What the child process runs in a worktree of the recorded commit. Before it imports anything of the
+# project, it puts first on sys.meta_path a finder that takes the project's packages from the worktree or
+# fails: an editable install's finder (and a path .pth, or a wheel) would otherwise supply whatever the
+# commit lacks from the installed checkout, mixing its code with the commit's. It runs only the demo's
+# training and outcome functions, which every commit of the v1 study has (in `baselines.demo` before the
+# package was regrouped), and refuses to report if any project module came from outside the worktree.
 _RERUN = """
-import json, sys
+import importlib.machinery
+import json
+import os
+import sys
+
+request = json.loads(sys.stdin.read())
+tree, packages = os.path.realpath(request["tree"]), set(request["packages"])
+
+
+class RecordedCommitFinder:
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name.partition(".")[0] not in packages:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path if "." in name else [tree])
+        if spec is None:
+            raise ModuleNotFoundError(f"No module named {name!r} at the recorded commit", name=name)
+        return spec
+
+
+def loaded_from_elsewhere():
+    elsewhere = []
+    for name, module in list(sys.modules.items()):
+        if name.partition(".")[0] in packages:
+            file = getattr(module, "__file__", None)
+            places = [file] if file else list(getattr(module, "__path__", []))
+            elsewhere += [f"{name} from {place}" for place in places if not inside(place)]
+    return elsewhere
+
+
+def inside(place):
+    return os.path.realpath(place).startswith(tree + os.sep)
+
+
+sys.meta_path.insert(0, RecordedCommitFinder)
 try:
     from baselines.apps.demo import _train, final_values
-except ModuleNotFoundError:  # a commit from before baselines/ was regrouped into training/ and apps/
+except ModuleNotFoundError:
     from baselines.demo import _train, final_values
-config, target = json.loads(sys.stdin.read())
-print(json.dumps(final_values(_train(config), max(config["steps"] // 10, 1), target)))
+config, target = request["config"], request["target"]
+outcome = final_values(_train(config), max(config["steps"] // 10, 1), target)
+if elsewhere := loaded_from_elsewhere():
+    sys.exit("the rerun imported code from outside the recorded commit: " + ", ".join(elsewhere))
+print(json.dumps({"outcome": outcome, "provenance": environment(tuple(request["libraries"]))}))
 """
 
 
-def rerun_at(commit: str, config: dict[str, Any], target: str | None) -> dict[str, Any]:
-    """`rerun` with the code of `commit`: a temporary git worktree of it, in a child process."""
+def _rerun_program() -> str:
+    import inspect
+
+    shipped = (environment, library_versions, kernels_in_use)
+    return "\n\n".join(["from __future__ import annotations", *map(inspect.getsource, shipped), _RERUN])
+
+
+def rerun_at(commit: str, config: dict[str, Any], target: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`rerun_here` with the code of `commit` only: a temporary git worktree of it, in a child process."""
     import tempfile
 
     root = Path(__file__).resolve().parents[2]
@@ -477,25 +585,34 @@ def rerun_at(commit: str, config: dict[str, Any], target: str | None) -> dict[st
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), commit], cwd=root, check=True)
         try:
             config = {**config, "output_dir": str(Path(scratch) / "run")}
+            request = {
+                "tree": str(tree),
+                "packages": PROJECT_PACKAGES,
+                "config": config,
+                "target": target,
+                "libraries": LIBRARIES,
+            }
             done = subprocess.run(
-                [sys.executable, "-c", _RERUN],
-                input=json.dumps([config, target]),
+                [sys.executable, "-c", _rerun_program()],
+                input=json.dumps(request),
                 capture_output=True,
                 text=True,
                 cwd=tree,
-                env={**os.environ, "PYTHONPATH": str(tree)},
+                env=portable_environment(),  # as the recorded runs computed (baselines.training.portable)
                 check=False,
             )
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=root, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"rerunning at {commit} failed:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    reply = json.loads(done.stdout.strip().splitlines()[-1])
+    return reply["outcome"], {"commit": commit, **reply["provenance"]}
 
 
 def verify(record: Path, sample: int, *, seed: int = 0, here: bool = False) -> list[str]:
     """Reruns `sample` recorded runs (drawn with `seed`) with the code of the commit each names
-    (`here`: with this checkout's code) and lists every outcome that differs."""
+    (`here`: with this checkout's code) and lists every outcome that differs, each with the entries of
+    the provenance (versions, platform) that differ between the record and the rerun."""
     runs = [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
     chosen = np.random.default_rng(seed).choice(len(runs), size=min(sample, len(runs)), replace=False)
     differences = []
@@ -503,12 +620,14 @@ def verify(record: Path, sample: int, *, seed: int = 0, here: bool = False) -> l
         run = runs[index]
         target = run.get("target")
         commit = run["provenance"]["commit"]
-        again = rerun(run["config"], target) if here else rerun_at(commit, run["config"], target)
-        for key, recorded in run["outcome"].items():
-            if again.get(key) != recorded:
-                differences.append(
-                    f"{run['cell']} {run['arm']} seed {run['seed']}: {key} {again.get(key)!r} != recorded {recorded!r}"
-                )
+        again, made = rerun_here(run["config"], target) if here else rerun_at(commit, run["config"], target)
+        differing = {key: recorded for key, recorded in run["outcome"].items() if again.get(key) != recorded}
+        beside = "; ".join(provenance_differences(run["provenance"], made)) or "none"
+        differences += [
+            f"{run['cell']} {run['arm']} seed {run['seed']}: {key} {again.get(key)!r} != recorded {recorded!r} "
+            f"(provenance differing from the record: {beside})"
+            for key, recorded in differing.items()
+        ]
         where = "this checkout" if here else f"commit {commit[:10]}"
         print(f"reran {run['cell']} {run['arm']} seed {run['seed']} at {where}", flush=True)
     return differences

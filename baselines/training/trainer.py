@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ import numpy as np
 from baselines.distributed.data_parallel import DataParallel
 from baselines.training.advantages import RunningBaseline, group_advantages
 from baselines.training.checkpoints import (
+    atomic_write,
     checkpoint_steps,
     disk_megabytes,
     fsync_directory,
@@ -40,7 +41,7 @@ from baselines.training.checkpoints import (
     saved_work,
     write_checkpoint_manifest,
 )
-from baselines.training.config import TrainConfig, dump_config
+from baselines.training.config import RESUMABLE_CHANGES, TrainConfig, dump_config, resume_changes, saved_values
 from baselines.training.curves import plot_curves
 from baselines.training.episodes import EpisodeSaver, observed
 from baselines.training.loss import BatchTotals, LossConfig, policy_loss
@@ -48,13 +49,14 @@ from baselines.training.methods import Method, method_for
 from baselines.training.metrics_log import MetricsLog
 from baselines.training.policy import TrainablePolicy, language_model_of
 from baselines.training.rollouts import EVALUATION_SALT, heldout_success, local_rollout, rollout_groups
-from baselines.training.run import POOL_FOLDER, RUN_FILES, NoIntactCheckpoint, Run, RunError
+from baselines.training.run import CONFIG_FILE, POOL_FOLDER, RUN_FILES, NoIntactCheckpoint, Run, RunError
 from scope_envs.core.dialogue import DialogueEnv, other_side
 from scope_envs.core.failpoints import failpoint
 from scope_envs.core.registration import find_env
 from scope_envs.core.rollout import Episode, Sample
 from scope_envs.core.specs import make_policy
 from sims.opponents import Opponents
+from sims.pool import DamagedSnapshot
 
 # the end of an episode a policy could not play (its API failed after its retries): never trained on
 FAILED = "policy_error"
@@ -62,6 +64,10 @@ FAILED = "policy_error"
 
 class OutputInUse(RunError):
     """A fresh run into a folder that holds the checkpoints or metrics of another run."""
+
+
+class ConfigChanged(RunError):
+    """A resume whose config changes what the run's steps compute (see `RESUMABLE_CHANGES`)."""
 
 
 class TooManyFailedEpisodes(RunError):
@@ -222,7 +228,10 @@ class Trainer:
         label of the opponent (for metrics and per-simulator baselines)."""
         players, labels = [], []
         for group in range(groups):
-            label, opponent = self.opponents.pick(step, group)
+            try:
+                label, opponent = self.opponents.pick(step, group)
+            except DamagedSnapshot as error:
+                raise RunError(f"{error}; restore it, or start over with --overwrite") from None
             players.append(
                 {**{side: learner.policy for side, learner in self.learners.items()}, self.partner_side: opponent}
             )
@@ -306,12 +315,14 @@ class Trainer:
             sampled = torch.tensor(
                 [s.logprobs[1:] + [0.0] * (mask.shape[1] + 1 - len(s.logprobs)) for s in samples],
                 device=logprobs.device,
+                dtype=logprobs.dtype,
             )
             # One estimator whatever the engine: the "old" log-probs are the training forward's own
             # (before this update), and the gap to the log-probs the tokens were sampled with (a
             # KV-cached loop's or vLLM's, in their precision) is the truncated importance weight's.
             old, behaviour = logprobs.detach(), sampled
-            advantages = torch.tensor([[a] for _, a in chunk], device=logprobs.device).expand_as(logprobs)
+            advantages = torch.tensor([[a] for _, a in chunk], device=logprobs.device, dtype=logprobs.dtype)
+            advantages = advantages.expand_as(logprobs)
             reference = policy.reference_logprobs(samples) if learner.loss_config.kl_coef > 0 else None
             loss, chunk_stats = policy_loss(
                 logprobs,
@@ -378,7 +389,7 @@ class Trainer:
             return self._follow(on_step)
         if not (resume and self.resume()):
             self.start_fresh(overwrite=overwrite or resume)
-        (self.output / "config.yaml").write_text(dump_config(self.config))
+        atomic_write(self.output / CONFIG_FILE, dump_config(self.config))
         if self.data_parallel is not None:  # the other ranks start from what this one loaded
             self.data_parallel.broadcast(self.step)
         from tqdm.auto import tqdm
@@ -389,7 +400,7 @@ class Trainer:
             wandb=self.config.wandb,
             wandb_project=self.config.wandb_project,
             wandb_mode=self.config.wandb_mode,
-            config=asdict(self.config),
+            config=saved_values(self.config),
         )
         bar = tqdm(total=self.config.steps, initial=self.step, desc="train", unit="step", disable=not progress)
         try:
@@ -454,7 +465,7 @@ class Trainer:
         """Clears what an earlier run left in the output folder, so nothing of it mixes with this one.
         Without `overwrite`, refuses (`OutputInUse`) when that is the checkpoints or metrics of
         another run; one of the very same config is restarted all the same."""
-        recorded = self.output / "config.yaml"
+        recorded = self.output / CONFIG_FILE
         same_run = recorded.is_file() and recorded.read_text() == dump_config(self.config)
         if self._earlier_work and not (overwrite or same_run):
             raise OutputInUse(
@@ -535,7 +546,9 @@ class Trainer:
         baselines = {
             side: [[list(k), v] for k, v in learner.baseline.values.items()] for side, learner in self.learners.items()
         }
-        state = {"step": self.step, "baselines": baselines, "config": asdict(self.config)}
+        state = {"step": self.step, "baselines": baselines, "config": saved_values(self.config)}
+        if self.pool is not None:  # what a resume from this checkpoint must restore
+            state["pool"] = [member.id for member in self.pool.members]
         (staging / "state.json").write_text(json.dumps(state))
         write_checkpoint_manifest(staging, self.step)
         failpoint("checkpoint", self.step)
@@ -544,13 +557,16 @@ class Trainer:
         staging.rename(final)
         fsync_directory(self.checkpoints)
         self.folder.point_latest(final)
-        self.method.saved(self, self.step)
         self.folder.prune(self.step, self.config.keep_checkpoints)
+        self.method.saved(self, self.step)
         return final
 
     def resume(self) -> bool:
         """Continues from the newest intact checkpoint (see `load_latest`), with a warning when newer
-        ones are damaged; False when there is none at all. Later metrics and pool members are dropped."""
+        ones are damaged; False when there is none at all. Later metrics and pool members are dropped.
+        A config that changes what the steps so far computed is refused first (`ConfigChanged`)."""
+        if self.folder.checkpoint_steps():
+            self._refuse_config_changes()
         for stale in self.checkpoints.glob(".step-*"):  # a checkpoint being written when the run died
             shutil.rmtree(stale, ignore_errors=True)
         loaded = self.load_latest()
@@ -559,6 +575,17 @@ class Trainer:
         directory, damaged = loaded
         self._continue_from(directory, damaged)
         return True
+
+    def _refuse_config_changes(self) -> None:
+        recorded = self.folder.recorded_config()
+        changes = resume_changes(recorded, self.config) if recorded is not None else {}
+        if changes:
+            listed = "; ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in changes.items())
+            raise ConfigChanged(
+                f"--resume would change what the run computes ({listed}): its steps so far ran with the "
+                f"values in {self.output / CONFIG_FILE}. Resume with those, or train this config in another "
+                f"output_dir or with --overwrite. A resume may change only {', '.join(RESUMABLE_CHANGES)}"
+            )
 
     def load_latest(self) -> tuple[Path, list[str]] | None:
         """Loads the newest intact checkpoint (checked against its manifest, then loaded) and
