@@ -1,4 +1,5 @@
-"""What several `scope` commands share: the one rule for `key=value`, and `--env-arg`.
+"""What several `scope` commands share: the one rule for `key=value`, `--env-arg`, and how a
+command that stops on an error says why (`failed`: one line, or the traceback under `--debug`).
 
 A value is read as JSON when it is JSON, else as YAML, else kept as the text: `exchanges=1` is a
 number, `simulators=[scripted, hf:gpt2]` a list, `lr=1e-5` a float, `termination=wait` a string.
@@ -9,9 +10,41 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from typing import Any
 
 import yaml
+
+DEBUG_VARIABLE = "SCOPE_DEBUG"
+
+
+def debugging(args: argparse.Namespace) -> bool:
+    """`scope --debug` or `$SCOPE_DEBUG=1`: an error ends the command with its traceback."""
+    return bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_VARIABLE, "").strip() not in ("", "0")
+
+
+def failed(args: argparse.Namespace, error: Exception, status: int = 2) -> int:
+    """Says on stderr, in one line, why the command stopped, and returns its exit status; under
+    `debugging`, raises `error` again, traceback and all."""
+    if debugging(args):
+        raise error
+    print(f"scope {args.command}: {one_line(error)}", file=sys.stderr)
+    return status
+
+
+def one_line(error: Exception) -> str:
+    """The message of `error` on one line; a YAML syntax error's as `FILE: not valid YAML at line
+    L, column C: PROBLEM` (yaml's own spans several lines)."""
+    mark = getattr(error, "problem_mark", None)
+    if isinstance(error, yaml.MarkedYAMLError) and mark is not None:
+        source = "" if mark.name.startswith("<") else f"{mark.name}: "  # "<unicode string>": read from text
+        text = f"{source}not valid YAML at line {mark.line + 1}, column {mark.column + 1}: {error.problem}"
+    elif isinstance(error, FileNotFoundError) and error.filename and error.strerror:
+        text = f"{error.strerror}: {error.filename}"  # not "[Errno 2] ..."
+    else:
+        text = str(error)
+    return " ".join(text.split())
 
 
 def parse_value(raw: str) -> Any:

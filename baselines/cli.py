@@ -7,9 +7,15 @@ import copy
 import json
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from baselines.arguments import add_env_arg, add_key_values, env_kwargs_of
+from baselines.arguments import DEBUG_VARIABLE, add_env_arg, add_key_values, debugging, env_kwargs_of, failed
+from scope_envs.core.data import MissingDataError
+from scope_envs.core.errors import UsageError
 from scope_envs.core.extras import MissingExtraError, missing_module_hint, needs_extra
+
+if TYPE_CHECKING:
+    from baselines.training.config import TrainConfig
 
 # `scope diagnose`'s (states, replies per state, tokens per reply): on a CPU a few short replies
 # per state, so that the README's command ends in about two minutes on two cores; on a GPU more.
@@ -25,6 +31,9 @@ LOCAL_MODEL_BACKENDS = ("hf", "smollm2", "vllm", "vllm-async")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="scope", description="SCOPE: dialogue environments where the user simulator is an agent too."
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help=f"on an error, show its traceback, not one line (or ${DEBUG_VARIABLE}=1)"
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -155,17 +164,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     cross_play.add_arguments(commands.add_parser("evaluate", help="agents x simulators: success, pass^k, intervals"))
     fidelity.add_arguments(commands.add_parser("fidelity", help="a simulator's conversations against people's"))
 
+    for command in commands.choices.values():  # `scope play ... --debug` as well as `scope --debug play ...`
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
     args = parser.parse_args(argv)
     try:
         return _run(args)
-    except MissingExtraError as error:
-        return _stopped(f"scope {args.command}", error)
     except ModuleNotFoundError as error:
         hint = missing_module_hint(f"scope {args.command}", error)
-        if hint is None:
+        if hint is None or debugging(args):
             raise
         print(hint, file=sys.stderr)
         return 2
+    except Exception as error:
+        status = _ordinary(error)
+        if status is None:
+            raise  # a bug: its traceback
+        return failed(args, error, status)
+
+
+def _ordinary(error: Exception) -> int | None:
+    """The exit status of an error that ends a command with one line (secrets never reach it: the
+    API backends redact their errors): a mistake in what was asked (2); a missing package, data
+    set, file or API key, a refusal of the trainer, a fatal simulator error (1). None for anything
+    else, a bug, which keeps its traceback."""
+    import yaml
+
+    from baselines.training.run import RunError
+    from scope_envs.core.policy import FatalPolicyError, PolicyError
+
+    if isinstance(error, (UsageError, yaml.YAMLError)):
+        return 2
+    # a PolicyError this far up was raised outside any episode: a simulator that cannot even be built
+    stops = (MissingExtraError, MissingDataError, FileNotFoundError, RunError, PolicyError, FatalPolicyError)
+    return 1 if isinstance(error, stops) else None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -195,13 +227,15 @@ def _run(args: argparse.Namespace) -> int:
 def _diagnose(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from scope_envs.core.specs import SCRIPTED, split_spec, wrapped
+    from scope_envs.core.specs import SCRIPTED, check_spec, split_spec, wrapped
     from scope_envs.core.views import build_env
     from sims.diagnostics import diagnose, dialogue_states, format_table, plot, sample_replies
     from sims.verbalized import VerbalizedSampling
 
-    _size_for_the_machine(args)
     env = build_env(args.env, **env_kwargs_of(args))
+    for spec in [*args.simulator, *([args.reference] if args.reference else [])]:
+        check_spec(spec, env=env)  # a typo said before anything runs
+    _size_for_the_machine(args)
     states = dialogue_states(env, args.side, args.states, seed=args.seed)
     simulators = []
     for spec in args.simulator:
@@ -340,26 +374,28 @@ def _split_overrides(config: str | None, overrides: list[str]) -> tuple[str | No
     return config, overrides
 
 
-def _train(args: argparse.Namespace) -> int:
+def _config(args: argparse.Namespace, *more: str) -> TrainConfig:
+    """The config `scope train` or `scope eval` names, with its overrides and `more`; one that
+    cannot be read (no such file, an unknown key, a bad value) is the user's mistake."""
     from baselines.training.config import load_config
-    from baselines.training.trainer import Trainer
 
     path, overrides = _split_overrides(args.config, args.overrides)
-    overrides += [f"ray_address={args.ray}"] if args.ray else []
     try:
-        config = load_config(path, overrides)
+        return load_config(path, [*overrides, *more])
     except ValueError as error:
-        print(error, file=sys.stderr)
-        return 2
-    try:
-        if config.learner_ranks > 1:
-            from baselines.distributed.learner_group import train_on_ray
+        raise UsageError(str(error)) from error
 
-            history = train_on_ray(config, resume=args.resume, overwrite=args.overwrite)
-        else:
-            history = Trainer(config).run(resume=args.resume, overwrite=args.overwrite)
-    except _run_stoppers() as error:
-        return _stopped("scope train", error)
+
+def _train(args: argparse.Namespace) -> int:
+    from baselines.training.trainer import Trainer
+
+    config = _config(args, *([f"ray_address={args.ray}"] if args.ray else []))
+    if config.learner_ranks > 1:
+        from baselines.distributed.learner_group import train_on_ray
+
+        history = train_on_ray(config, resume=args.resume, overwrite=args.overwrite)
+    else:
+        history = Trainer(config).run(resume=args.resume, overwrite=args.overwrite)
     last = history[-1] if history else {}
     print(
         f"run: {config.output_dir}  steps: {len(history)}  final reward: {last.get('reward_mean', float('nan')):.3f}  "
@@ -373,37 +409,15 @@ def _train(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     """The run's newest intact checkpoint, read from its folder (no trainer, no Ray)."""
-    from baselines.training.config import load_config
     from baselines.training.rollouts import evaluate_run
     from baselines.training.run import Run
 
-    path, overrides = _split_overrides(args.config, args.overrides)
-    try:
-        config = load_config(path, overrides)
-        run = Run(config.output_dir, config)
-        if not run.checkpoint_steps():
-            print(f"no checkpoint in {run.checkpoints}; evaluating the initial policy", file=sys.stderr)
-        print(json.dumps(evaluate_run(run, initial=True)))
-    except _run_stoppers() as error:
-        return _stopped("scope eval", error)
+    config = _config(args)
+    run = Run(config.output_dir, config)
+    if not run.checkpoint_steps():
+        print(f"no checkpoint in {run.checkpoints}; evaluating the initial policy", file=sys.stderr)
+    print(json.dumps(evaluate_run(run, initial=True)))
     return 0
-
-
-def _run_stoppers() -> tuple[type[Exception], ...]:
-    """What stops a run with a one-line message instead of a traceback: the trainer's refusals, a
-    fatal simulator error (a rejected key, an unknown model), and a policy error outside any
-    episode (a simulator that cannot even be built, e.g. without an API key)."""
-    from baselines.training.run import RunError
-    from scope_envs.core.policy import FatalPolicyError, PolicyError
-
-    return (RunError, FatalPolicyError, PolicyError)
-
-
-def _stopped(command: str, error: Exception) -> int:
-    """A run that could not start or go on: one line saying why (secrets never reach it: the API
-    backends redact their errors), and a non-zero exit status."""
-    print(f"{command}: {' '.join(str(error).split())}", file=sys.stderr)
-    return 1
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -412,9 +426,23 @@ def _demo(args: argparse.Namespace) -> int:
     except ImportError:
         print(needs_extra("scope demo", "torch", "demo"), file=sys.stderr)
         return 2
-    from baselines.apps.demo import run_demo, settings_from
+    import yaml
 
-    report = run_demo(settings_from(args))
+    from baselines.apps.demo import METHODS, run_demo, settings_from
+    from baselines.training.config import find_config
+
+    settings = settings_from(args)
+    # the user's mistakes, said before any run: an unknown method, a study file that is missing or not YAML
+    unknown = sorted(set(settings.methods) - set(METHODS))
+    if unknown:
+        raise UsageError(f"unknown methods {unknown}; choose from {', '.join(METHODS)}")
+    try:
+        study = find_config(settings.study, kind="studies")
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+    with study.open() as file:  # read from the file, a YAML error names it
+        yaml.safe_load(file)
+    report = run_demo(settings)
     print(report.read_text())
     print(f"report: {report}\nplots:  {report.parent / 'curves.png'}\nruns:   {report.parent / 'runs'}")
     return 0
@@ -436,11 +464,11 @@ def _play(args: argparse.Namespace) -> int:
     from scope_envs.core.registration import find_env
     from scope_envs.core.specs import resolve_policy
 
-    try:
-        info = find_env(args.env)
-    except ValueError as error:
-        print(error, file=sys.stderr)
-        return 2
+    if args.opponent != "scripted":  # it names the other side of --human only
+        raise UsageError("--opponent names the other side of --human; without --human, use --agent and --simulator")
+    if args.episodes < 1:
+        raise UsageError(f"--episodes must be at least 1, got {args.episodes}")
+    info = find_env(args.env)
     envs = [info.make(**env_kwargs_of(args)) for _ in range(args.episodes)]
     options = {key: value for key, value in (("task_id", args.task_id), ("split", args.split)) if value is not None}
     policies = {

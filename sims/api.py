@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from scope_envs.core.errors import UsageError
 from scope_envs.core.policy import (
     FatalPolicyError,
     Reply,
@@ -80,7 +81,7 @@ class APISimulator(Simulator):
         if client not in CLIENTS:
             raise ValueError(f"client must be one of {CLIENTS}, got {client!r}")
         if not model:
-            raise ValueError("an API simulator needs a model name, e.g. 'openai:gpt-5-mini'")
+            raise UsageError("an API simulator needs a model name, e.g. 'openai:gpt-5-mini'")
         self.model = model
         self.name = model
         self.timeout = timeout

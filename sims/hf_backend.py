@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from scope_envs.core.actions import parse_action
+from scope_envs.core.errors import UsageError
 from scope_envs.core.extras import MissingExtraError, needs_extra
 from scope_envs.core.policy import Reply, Simulator, SimulatorError, Tools, View, as_messages, batch_arguments
 
@@ -139,6 +140,8 @@ class HFSimulator(Simulator):
         batch_size: int = 16,
         name: str | None = None,
     ) -> None:
+        if isinstance(model, (str, os.PathLike)):
+            model = _local_or_hub(model)
         torch = _torch()
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -343,10 +346,23 @@ def _cache_of(out: Any) -> Any:
     return getattr(out, "cache", None) or out.past_key_values
 
 
+def _local_or_hub(model: str | os.PathLike[str]) -> str:
+    """A hub name as it is, or a path, expanded. A path that does not exist is a missing directory,
+    not the malformed hub name transformers would call it; a string is a path when it is written as
+    one (`/`, `./`, `../`, `~`)."""
+    text = os.fspath(model)
+    if isinstance(model, str) and not text.startswith(("/", "./", "../", "~")):
+        return text
+    path = Path(text).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"no such model directory: {text}")
+    return str(path)
+
+
 def make_hf(model: str, **kwargs: Any) -> HFSimulator:
     """`hf:MODEL_OR_PATH` (a local path, or a hub name when online)."""
     if not model:
-        raise ValueError(
+        raise UsageError(
             "hf: name a model or path, e.g. 'hf:Qwen/Qwen3-4B-Instruct-2507' or 'hf:/models/my-checkpoint'"
         )
     return HFSimulator(model, **kwargs)

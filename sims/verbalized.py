@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from scope_envs.core.chat import Message
+from scope_envs.core.errors import UsageError
 from scope_envs.core.policy import Reply, Tools, Usage, View, as_messages, batch_arguments
 from scope_envs.core.registration import reply_rules_for
 from sims.wrapper import SimulatorWrapper
@@ -168,6 +169,8 @@ DEFAULT_K = 5
 
 def verbalize_spec(simulator: Any, k: int | None = None) -> Any:
     """The `vs[K]:SPEC` wrapper of the spec grammar: `verbalize(simulator, k=K or 5)`."""
+    if k is not None and k < 2:
+        raise UsageError(f"vs{k}: Verbalized Sampling needs k >= 2 candidates (vs:SPEC takes {DEFAULT_K})")
     return verbalize(simulator, k=DEFAULT_K if k is None else k)
 
 

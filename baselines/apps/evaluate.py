@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from baselines.arguments import add_env_arg, env_kwargs_of
+from baselines.arguments import add_env_arg, env_kwargs_of, failed
 from baselines.training.run import Run, RunError, is_run
 from scope_envs.core.async_rollout import collect_async
 from scope_envs.core.dialogue import AGENT, USER
@@ -562,8 +562,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = evaluate(settings, args.agents, args.simulators, Path(args.out))
     except (ValueError, RunError) as error:
-        print(f"scope evaluate: {error}", file=sys.stderr)
-        return 2
+        return failed(args, error)
     print(report.read_text())
     print(f"report: {report}\nheatmap: {report.parent / 'heatmap.png'}\njson: {report.parent / 'evaluation.json'}")
     return 0

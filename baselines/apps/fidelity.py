@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from baselines.arguments import add_env_arg, env_kwargs_of
+from baselines.arguments import add_env_arg, env_kwargs_of, failed
 from scope_envs.core.dialogue import AGENT, USER
 from scope_envs.core.extras import needs_extra
 from scope_envs.core.registration import find_env
@@ -302,8 +302,7 @@ def run(args: argparse.Namespace) -> int:
             env_kwargs=env_kwargs_of(args),
         )
     except ValueError as error:
-        print(f"scope fidelity: {error}", file=sys.stderr)
-        return 2
+        return failed(args, error)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "fidelity.json").write_text(json.dumps(report, indent=1))

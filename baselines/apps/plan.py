@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from baselines.training.config import TrainConfig, load_config
+from baselines.training.config import TrainConfig, find_config, load_config
 from baselines.training.methods import method_for
 from scope_envs.core.specs import split_spec
 
@@ -226,7 +226,7 @@ def resolve_architecture(spec: str) -> Architecture:
 
         return architecture_from_config(AutoConfig.from_pretrained(smollm2_path()), "SmolLM2-135M-Instruct")
     if backend != "hf" or not argument:
-        raise ValueError(f"scope plan plans language models ('tiny', 'smollm2', 'hf:MODEL_OR_PATH'), not {spec!r}")
+        raise ValueError(f"policy {spec!r}: the memory plan plans language models (tiny, smollm2, hf:MODEL)")
     from transformers import AutoConfig
 
     if Path(argument).is_dir():
@@ -489,7 +489,8 @@ def _flow(value: Any) -> str:
     return text.strip().removesuffix("...").strip()
 
 
-def format_plan(result: Plan) -> str:
+def format_plan(result: Plan, device: str = "") -> str:
+    """The plan as `scope plan` prints it; `device`: where the GPU's memory comes from, when not the config."""
     config = result.config
 
     def row(label: str, value: int, detail: str = "") -> str:
@@ -510,7 +511,7 @@ def format_plan(result: Plan) -> str:
         f"logprob_chunk {config.logprob_chunk or 'off'}",
         f"      sequence cap: max_model_len {config.max_model_len} tokens per sample (enforced on every generation "
         f"path); training samples per episode: {result.samples_per_episode}",
-        f"device 0 of {config.gpus}, {config.gpu_memory_gb:g} GB",
+        f"device 0 of {config.gpus}, {config.gpu_memory_gb:g} GB" + (f" ({device})" if device else ""),
         row("weights", result.weights),
         row("gradients", result.gradients),
         row("optimizer", result.optimizer, "AdamW, float32"),
@@ -545,16 +546,63 @@ def _mask_detail(config: TrainConfig, result: Plan) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="a YAML config file, or the name of one a benchmark ships")
     parser.add_argument("overrides", nargs="*", help="key=value settings that override the config")
+    parser.add_argument(
+        "--gpu-memory",
+        type=float,
+        metavar="GB",
+        help="the memory of each GPU to plan for (default: the config's gpu_memory_gb, else this machine's GPU, "
+        "else an assumed 80 GB)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
+    from baselines.arguments import failed
 
     try:
         config = load_config(args.config, args.overrides)
+        config, device = _sized(config, args)
         result = plan(config)
     except ValueError as error:
-        print(f"plan: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
-    print(format_plan(result))
+        return failed(args, error)
+    print(format_plan(result, device))
     return 0 if result.fits else 1
+
+
+def _sized(config: TrainConfig, args: argparse.Namespace) -> tuple[TrainConfig, str]:
+    """The config with the GPU memory to plan for, and, when neither --gpu-memory nor the config
+    gives it, where it comes from: this machine's GPU, or none found and an assumed one."""
+    if args.gpu_memory is not None:
+        if args.gpu_memory <= 0:
+            raise ValueError(f"--gpu-memory is a GPU's memory in GB, more than 0; got {args.gpu_memory:g}")
+        return dataclasses.replace(config, gpu_memory_gb=args.gpu_memory).validate(), ""
+    if _names_gpu_memory(args):
+        return config, ""
+    gpu = local_gpu()
+    if gpu is None:  # the config's default, TrainConfig.gpu_memory_gb: 80 GB
+        assumed = f"an assumed {config.gpu_memory_gb:g} GB GPU, such as an A100 or H100 80GB"
+        return config, f"no GPU found on this machine: the fit is for {assumed}; --gpu-memory GB plans for yours"
+    name, memory = gpu
+    return dataclasses.replace(config, gpu_memory_gb=round(memory, 1)), f"this machine's {name}"
+
+
+def _names_gpu_memory(args: argparse.Namespace) -> bool:
+    """Whether the config file or an override sets gpu_memory_gb."""
+    import yaml
+
+    if any(item.partition("=")[0].strip() == "gpu_memory_gb" for item in args.overrides):
+        return True
+    with find_config(args.config).open() as file:
+        values = yaml.safe_load(file)
+    return isinstance(values, dict) and "gpu_memory_gb" in values
+
+
+def local_gpu() -> tuple[str, float] | None:
+    """The name and memory (GB) of this machine's first GPU; None without one, or without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    properties = torch.cuda.get_device_properties(0)
+    return properties.name, properties.total_memory / GB

@@ -23,7 +23,7 @@ import numpy as np
 
 from scope_envs.core.rollout import ActSample
 from scope_envs.core.sampling import log_softmax, sample_rows
-from scope_envs.core.specs import make_policy
+from scope_envs.core.specs import check_spec, make_policy
 
 WEIGHTS_FILE = "policy.pt"
 
@@ -34,7 +34,8 @@ class ActPolicy:
     ) -> None:
         import torch
 
-        self.model = torch.nn.Linear(n_features, n_acts, bias=False)
+        # float64: a last-bit difference between CPUs' kernels stays far below what flips a sampled act
+        self.model = torch.nn.Linear(n_features, n_acts, bias=False, dtype=torch.float64)
         with torch.no_grad():
             self.model.weight.copy_(torch.zeros(n_acts, n_features) if weights is None else torch.tensor(weights))
         self.temperature = temperature
@@ -60,7 +61,7 @@ class ActPolicy:
 
     def act(self, features: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Sampled acts for a batch and their log-probabilities."""
-        weights = self.model.weight.detach().cpu().numpy().astype(float)
+        weights = self.model.weight.detach().cpu().numpy()
         return sample_rows(log_softmax(features @ weights.T / self.temperature, mask), rng)
 
     def sequence_logprobs(self, samples: Sequence[ActSample]) -> tuple[Any, Any, Any]:
@@ -69,10 +70,10 @@ class ActPolicy:
 
         turns = max(len(s.ids) - 1 for s in samples)
         width, acts = samples[0].features.shape[1], samples[0].allowed.shape[1]
-        features = np.zeros((len(samples), turns, width), np.float32)
+        features = np.zeros((len(samples), turns, width))
         allowed = np.ones((len(samples), turns, acts), bool)
         taken = np.zeros((len(samples), turns), np.int64)
-        mask = np.zeros((len(samples), turns), np.float32)
+        mask = np.zeros((len(samples), turns))
         for row, sample in enumerate(samples):
             n = len(sample.ids) - 1
             features[row, :n], allowed[row, :n] = sample.features, sample.allowed
@@ -104,7 +105,10 @@ def build_act_policy(spec: str, *, env: Any, side: str, temperature: float) -> A
     if isinstance(observation, spaces.Dict):
         observation = observation.spaces.get("features", observation.spaces.get("observation", observation))
     flat_box = isinstance(observation, spaces.Box) and len(observation.shape) == 1
-    if not (isinstance(actions, spaces.Discrete) and flat_box):
+    act_level = isinstance(actions, spaces.Discrete) and flat_box
+    if spec != "linear":  # a typo is an unknown spec, not "a linear act policy"
+        check_spec(spec, env=env, also=("linear",) if act_level else ("tiny",))
+    if not act_level:
         raise ValueError(
             f"policy {spec!r} is a linear act policy: it needs an env whose {side!r} side has Discrete actions "
             f"and a 'features' vector in its observation; {type(env).__name__} has {actions} and {observation}"

@@ -12,6 +12,7 @@ as `"module:attribute"` strings and imported on first use, so registering costs 
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from scope_envs.core.errors import UsageError
 from scope_envs.core.rules import ReplyRule
 from scope_envs.core.specs import import_object, register_policy_backend
 
@@ -58,7 +60,12 @@ class DialogueEnvInfo:
 
     def make(self, **kwargs: Any) -> Any:
         """A new instance of the env, with the registered defaults under `kwargs`."""
-        return self.env_class()(**{**self.kwargs, **kwargs})
+        env_class = self.env_class()
+        known = _keyword_arguments(env_class)
+        unknown = sorted(set(kwargs) - set(known)) if known is not None else []
+        if unknown:  # a typo in an --env-arg, said as such rather than as a TypeError deep in a constructor
+            raise UsageError(f"{self.name} takes no argument {', '.join(unknown)}; it takes {', '.join(known)}")
+        return env_class(**{**self.kwargs, **kwargs})
 
     def rollout_function(self) -> Any:
         """The benchmark's vectorized rollout, or None: rollouts then play chat episodes."""
@@ -70,6 +77,20 @@ class DialogueEnvInfo:
 
 
 REGISTERED: dict[str, DialogueEnvInfo] = {}
+
+
+def _keyword_arguments(env_class: type) -> list[str] | None:
+    """The keyword arguments of the class's constructor, following `**kwargs` passed on to its
+    bases; None where the chain ends in a `**kwargs` nobody names."""
+    names: list[str] = []
+    for cls in env_class.__mro__:
+        if "__init__" not in vars(cls):
+            continue
+        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]  # without self
+        names += [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            return sorted(set(names))
+    return None
 
 
 def register_dialogue_env(
@@ -88,8 +109,9 @@ def register_dialogue_env(
     """Registers both views of the `DialogueEnv` at `entry_point`; `kwargs` are its defaults.
 
     `policies` maps spec backend names the benchmark provides (e.g. its simulator families) to
-    `"module:factory"`. Both views are registered as nondeterministic, as their partner is usually
-    a language model; a view whose partner declares itself deterministic (scripted) reports itself
+    `"module:factory"` (an unknown spec on an env lists only the backends of its own class and the
+    generic ones). Both views are registered as nondeterministic, as their partner is usually a
+    language model; a view whose partner declares itself deterministic (scripted) reports itself
     deterministic. `vector_entry_point` is the batched agent view that
     `gymnasium.make_vec(id, vectorization_mode="vector_entry_point")` builds. The views make their
     env through `find_env(name).make`, so `kwargs` are the one set of defaults of every way of
@@ -113,7 +135,7 @@ def register_dialogue_env(
             nondeterministic=True,
         )
     for backend, factory in (policies or {}).items():
-        register_policy_backend(backend, factory)
+        register_policy_backend(backend, factory, env_class=entry_point)
     REGISTERED[name] = info
     _load_rules.cache_clear()
     return info
@@ -130,7 +152,7 @@ def find_env(name: str) -> DialogueEnvInfo:
         bare = match["base"] if match["version"] == "0" else f"{match['base']}-v{match['version']}"
     if bare not in REGISTERED:
         known = ", ".join(REGISTERED) or "none"
-        raise ValueError(f"unknown environment {name!r}; registered: {known} (`scope envs` lists them)")
+        raise UsageError(f"unknown environment {name!r}; registered: {known} (`scope envs` lists them)")
     return REGISTERED[bare]
 
 

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from scope_envs.core.errors import UsageError
 from scope_envs.core.scripted import FunctionSimulator
 
 ENTRY_POINT_GROUP = "scope_envs.policies"
@@ -39,6 +41,9 @@ Factory = Callable[..., Any]
 # backend name -> factory, or "module:attribute" of a factory imported on first use (keeps optional
 # dependencies such as API clients or torch out of the import of the registry's users).
 POLICY_BACKENDS: dict[str, Factory | str] = {}
+# backend name -> the env classes ("module:Class") of the benchmarks that registered it; a backend
+# no benchmark registered (an API, a local model) serves every env
+BACKEND_ENVS: dict[str, set[str]] = {}
 # wrapper name -> factory(policy, parameter, **kwargs), or "module:attribute" of one
 SPEC_WRAPPERS: dict[str, Factory | str] = {}
 _entry_points_read = False
@@ -106,7 +111,7 @@ def wrap_policy(policy: Any, wrappers: tuple[tuple[str, int | None], ...]) -> An
 def split_spec(spec: str) -> tuple[str, str]:
     """`("openai", "gpt-5-mini")` from `"openai:gpt-5-mini"`; `("scripted", "")` from `"scripted"`."""
     if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"a policy spec is a non-empty string such as 'scripted' or 'openai:MODEL', got {spec!r}")
+        raise UsageError(f"a policy spec is a non-empty string such as 'scripted' or 'openai:MODEL', got {spec!r}")
     backend, _, argument = spec.strip().partition(":")
     return backend, argument
 
@@ -119,17 +124,35 @@ def import_object(path: str) -> Any:
     return getattr(importlib.import_module(module_name), attribute)
 
 
-def register_policy_backend(name: str, factory: Factory | str) -> None:
-    """Makes `make_policy("<name>:<argument>", **kwargs)` call `factory(<argument>, **kwargs)`."""
+def register_policy_backend(name: str, factory: Factory | str, *, env_class: str | None = None) -> None:
+    """Makes `make_policy("<name>:<argument>", **kwargs)` call `factory(<argument>, **kwargs)`;
+    `env_class` (`"module:Class"`): a backend of that benchmark's env, not of every env."""
     if not name or ":" in name:
         raise ValueError(f"a backend name is a non-empty word without ':', got {name!r}")
     POLICY_BACKENDS[name] = factory
+    if env_class is not None:
+        BACKEND_ENVS.setdefault(name, set()).add(env_class)
 
 
-def policy_backends() -> list[str]:
-    """Every backend name a spec may use, `"scripted"` included."""
+def policy_backends(env: Any = None) -> list[str]:
+    """Every backend name a spec may use, `"scripted"` included; with `env`, those for that env:
+    the ones of its own benchmark and the ones of every env."""
     _read_entry_points()
-    return sorted({SCRIPTED, *POLICY_BACKENDS})
+    names = {SCRIPTED, *POLICY_BACKENDS}
+    if env is not None:
+        classes = {f"{cls.__module__}:{cls.__qualname__}" for cls in type(env).__mro__}
+        names = {name for name in names if name not in BACKEND_ENVS or BACKEND_ENVS[name] & classes}
+    return sorted(names)
+
+
+def check_spec(spec: str, *, env: Any = None, also: tuple[str, ...] = ()) -> None:
+    """Builds nothing; raises the error of a spec whose backend nobody registered (nor is in
+    `also`, the backends of a layer above), listing the known backends for `env` and `also`."""
+    if split_spec(parse_spec(spec).base)[0] not in (*policy_backends(), *also):
+        known = ", ".join(sorted({*policy_backends(env), *also}))
+        path = spec.startswith(("/", "./", "../", "~")) and not os.path.exists(os.path.expanduser(spec))
+        note = " (and no such file or folder)" if path else ""  # where a layer above takes paths (run folders)
+        raise UsageError(f"unknown policy spec {spec!r}{note}; known backends: {known}")
 
 
 def make_policy(spec: str, *, env: Any = None, side: str | None = None, **kwargs: Any) -> Any:
@@ -143,13 +166,10 @@ def make_policy(spec: str, *, env: Any = None, side: str | None = None, **kwargs
     parsed = parse_spec(spec)
     if parsed.wrappers:
         return wrap_policy(make_policy(parsed.base, env=env, side=side, **kwargs), parsed.wrappers)
+    check_spec(spec, env=env)
     backend, argument = split_spec(spec)
     if backend == SCRIPTED:
         return _scripted(argument, env=env, side=side, **kwargs)
-    if backend not in POLICY_BACKENDS:
-        _read_entry_points()
-    if backend not in POLICY_BACKENDS:
-        raise ValueError(f"unknown policy spec {spec!r}; known backends: {', '.join(policy_backends())}")
     factory = POLICY_BACKENDS[backend]
     if isinstance(factory, str):
         factory = import_object(factory)

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from baselines.arguments import add_env_arg, env_kwargs_of, per_env_kwargs_of
+from baselines.arguments import add_env_arg, env_kwargs_of, failed, per_env_kwargs_of
 
 COMMANDS = ("serve", "view", "study", "export")
 TOKEN_VARIABLE = "SCOPE_SERVE_TOKEN"
@@ -31,7 +31,7 @@ def add_play_arguments(play: argparse.ArgumentParser) -> None:
 
 def _server_arguments(parser: argparse.ArgumentParser, port: int) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    parser.add_argument("--port", type=int, default=port)
+    parser.add_argument("--port", type=_port, default=port)
     parser.add_argument("--public", action="store_true", help="allow a non-loopback --host (needs a token)")
     parser.add_argument(
         "--token",
@@ -45,6 +45,13 @@ def _server_arguments(parser: argparse.ArgumentParser, port: int) -> None:
         metavar="NAME",
         help="a host name people reach the server by (besides loopback and --host); repeatable",
     )
+
+
+def _port(text: str) -> int:
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a number from 0 to 65535, got {port}")
+    return port
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -102,8 +109,7 @@ def run(args: argparse.Namespace) -> int:
             return _study_export(args)
         return _export(args)
     except ValueError as error:
-        print(f"scope {args.command}: {error}", file=sys.stderr)
-        return 2
+        return failed(args, error)
 
 
 def _play(args: argparse.Namespace) -> int:
@@ -203,9 +209,13 @@ def _serve(args: argparse.Namespace) -> int:
     from baselines.apps.people.app import create_app
     from baselines.apps.people.study import load_study
     from baselines.apps.people.study_api import participant_links
+    from scope_envs.core.specs import check_spec
 
     token = args.token or os.environ.get(TOKEN_VARIABLE)
     check_bind(args.host, args.public, token)
+    opponents = opponent_labels(args.opponent or ["scripted"])
+    for spec in opponents.values():
+        check_spec(spec)  # a typo said now, not to the first player who picks it
     env_kwargs = per_env_kwargs_of(args)
     study = load_study(args.study) if args.study else None
     if study is not None and args.env is None:  # a study's server offers its env, as the study sets it
@@ -213,7 +223,7 @@ def _serve(args: argparse.Namespace) -> int:
         env_kwargs.setdefault(study.env, dict(study.env_kwargs))
     db = Path(args.study_db or Path(args.study).with_suffix(".sqlite")) if args.study else None
     settings = ServerSettings(
-        opponents=opponent_labels(args.opponent or ["scripted"]),
+        opponents=opponents,
         envs=args.env,
         save_path=Path(args.save),
         study=study,
@@ -258,6 +268,11 @@ def _view(args: argparse.Namespace) -> int:
 def _study_export(args: argparse.Namespace) -> int:
     from baselines.apps.people.export import write_study_results
 
+    db = Path(args.db)
+    if db.is_file() and db.stat().st_size:
+        with db.open("rb") as file:
+            if file.read(16) != b"SQLite format 3\x00":  # what sqlite3 would call "file is not a database"
+                raise ValueError(f"{db} is not a study database (an SQLite file)")
     out, summary = write_study_results(args.db, args.out)
     print(f"episodes: {out}\nper condition: {out.with_suffix('.summary.csv')}")
     for row in summary:
