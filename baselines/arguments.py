@@ -36,8 +36,8 @@ def failed(args: argparse.Namespace, error: Exception, status: int = 2) -> int:
 def one_line(error: Exception) -> str:
     """The message of `error` on one line; a YAML syntax error's as `FILE: not valid YAML at line
     L, column C: PROBLEM` (yaml's own spans several lines)."""
-    mark = getattr(error, "problem_mark", None)
-    if isinstance(error, yaml.MarkedYAMLError) and mark is not None:
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
+        mark = error.problem_mark
         source = "" if mark.name.startswith("<") else f"{mark.name}: "  # "<unicode string>": read from text
         text = f"{source}not valid YAML at line {mark.line + 1}, column {mark.column + 1}: {error.problem}"
     elif isinstance(error, FileNotFoundError) and error.filename and error.strerror:

@@ -4,6 +4,7 @@ command in a subprocess, and none loads a model."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -180,3 +181,17 @@ def test_plan_says_when_no_gpu_was_found(tmp_path: Path) -> None:
     given = scope("plan", str(config), "--gpu-memory", "24", cwd=tmp_path, CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1")
     device = next(line for line in given.stdout.splitlines() if line.startswith("device"))
     assert "24 GB" in device and "assumed" not in device
+
+
+def test_plan_sizes_for_the_gpu_of_this_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from baselines.apps import plan
+
+    path = tmp_path / "config.yaml"
+    path.write_text("env: P4G\npolicy: tiny\n")
+    monkeypatch.setattr(plan, "local_gpu", lambda: ("NVIDIA H200", 150.0))
+    args = argparse.Namespace(config=str(path), overrides=[], gpu_memory=None)
+    config, device = plan._sized(plan.load_config(str(path)), args)
+    assert config.gpu_memory_gb == 150.0 and device == "this machine's NVIDIA H200"
+    args.overrides = ["gpu_memory_gb=24"]
+    config, device = plan._sized(plan.load_config(str(path), args.overrides), args)
+    assert config.gpu_memory_gb == 24 and device == ""  # the config's own size
