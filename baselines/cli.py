@@ -192,11 +192,13 @@ def _ordinary(error: Exception) -> int | None:
 
     from baselines.training.run import RunError
     from scope_envs.core.policy import FatalPolicyError, PolicyError
+    from sims.pool import DamagedSnapshot
 
     if isinstance(error, (UsageError, yaml.YAMLError)):
         return 2
     # a PolicyError this far up was raised outside any episode: a simulator that cannot even be built
     stops = (MissingExtraError, MissingDataError, FileNotFoundError, RunError, PolicyError, FatalPolicyError)
+    stops += (DamagedSnapshot,)  # a pool member that fails its checksums: named, never loaded
     return 1 if isinstance(error, stops) else None
 
 
