@@ -54,37 +54,20 @@ def test_a_damaged_snapshot_is_refused_never_loaded(tmp_path, damage, problem):
 
 torch = pytest.importorskip("torch")
 
-from baselines.cli import main  # noqa: E402
+from training_helpers import TINY_POPULATION  # noqa: E402
 
-POPULATION = [  # the act-level testbed: a step in milliseconds
-    "env=PersuasionActs",
-    "policy=linear",
-    "method=population",
-    "simulator_policy=family:0@3",
-    "simulators=[family:0@3]",
-    "eval_simulators=[family:100]",
-    "groups_per_step=2",
-    "group_size=2",
-    "micro_batch=64",
-    "eval_tasks=1",
-    "eval_every=100",
-    "tensorboard=false",
-    "pool_every=1",
-    "pool_size=2",
-    "steps=2",
-    "checkpoint_every=1",
-]
+from baselines.cli import main  # noqa: E402
 
 
 def test_a_run_refuses_to_resume_from_a_pool_with_a_damaged_snapshot(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["train", *POPULATION, f"output_dir={out}"]) == 0
+    assert main(["train", *TINY_POPULATION, f"output_dir={out}"]) == 0
     snapshot = out / "sim_pool" / "ckpt-000001" / "policy.pt"
     data = bytearray(snapshot.read_bytes())
     data[len(data) // 2] ^= 1  # one bit flipped: same size, another checksum
     snapshot.write_bytes(bytes(data))
     capsys.readouterr()
-    assert main(["train", *POPULATION, "steps=3", f"output_dir={out}", "--resume"]) == 1
+    assert main(["train", *TINY_POPULATION, "steps=3", f"output_dir={out}", "--resume"]) == 1
     error = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
     assert error.startswith("scope train: simulator pool snapshot ckpt-000001 (step 1)")
     assert "policy.pt does not match its checksum" in error and "--overwrite" in error

@@ -8,27 +8,10 @@ import yaml
 
 pytest.importorskip("torch")
 
+from training_helpers import TINY_POPULATION
+
 from baselines.cli import main
 from baselines.training.config import RESUMABLE_CHANGES, load_config, resume_changes
-
-ACTS = [  # the act-level testbed: a step in milliseconds
-    "env=PersuasionActs",
-    "policy=linear",
-    "simulators=[family:0@3]",
-    "eval_simulators=[family:100]",
-    "groups_per_step=2",
-    "group_size=2",
-    "micro_batch=64",
-    "eval_tasks=1",
-    "eval_every=100",
-    "tensorboard=false",
-    "method=population",
-    "simulator_policy=family:0@3",
-    "pool_every=1",
-    "pool_size=2",
-    "checkpoint_every=1",
-    "steps=2",
-]
 
 
 def last_error(capsys):
@@ -37,11 +20,11 @@ def last_error(capsys):
 
 def test_a_resume_refuses_changes_to_what_the_steps_compute(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["train", *ACTS, f"output_dir={out}"]) == 0
+    assert main(["train", *TINY_POPULATION, f"output_dir={out}"]) == 0
     before = sorted((p.relative_to(out), p.read_bytes()) for p in out.rglob("*") if p.is_file())
     capsys.readouterr()
     changed = ["lr=0.001", "seed=3", "pool_size=3", "steps=3"]
-    assert main(["train", *ACTS, *changed, f"output_dir={out}", "--resume"]) == 1
+    assert main(["train", *TINY_POPULATION, *changed, f"output_dir={out}", "--resume"]) == 1
     error = last_error(capsys)
     assert error.startswith("scope train: --resume would change what the run computes (")
     assert "(pool_size 2 -> 3; lr 1e-05 -> 0.001; seed 0 -> 3)" in error  # in config order; steps may change
@@ -51,21 +34,21 @@ def test_a_resume_refuses_changes_to_what_the_steps_compute(tmp_path, capsys):
 
 def test_a_resume_may_extend_the_run_and_change_what_it_logs(tmp_path):
     out = tmp_path / "run"
-    assert main(["train", *ACTS, f"output_dir={out}"]) == 0
+    assert main(["train", *TINY_POPULATION, f"output_dir={out}"]) == 0
     more = ["steps=3", "keep_checkpoints=3", "save_episodes=0", "about=extended"]
-    assert main(["train", *ACTS, *more, f"output_dir={out}", "--resume"]) == 0
+    assert main(["train", *TINY_POPULATION, *more, f"output_dir={out}", "--resume"]) == 0
     assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
     saved = yaml.safe_load((out / "config.yaml").read_text())
     assert (saved["steps"], saved["about"]) == (3, "extended")
 
 
 def test_what_a_resume_may_change_and_what_an_older_config_lacks():
-    config = load_config(None, [*ACTS, "steps=9", "wandb=true", "output_dir=elsewhere"])
-    recorded = yaml.safe_load(yaml.safe_dump(vars(load_config(None, ACTS))))
+    config = load_config(None, [*TINY_POPULATION, "steps=9", "wandb=true", "output_dir=elsewhere"])
+    recorded = yaml.safe_load(yaml.safe_dump(vars(load_config(None, TINY_POPULATION))))
     assert resume_changes(recorded, config) == {}
     assert set(RESUMABLE_CHANGES) >= {"steps", "output_dir", "wandb"}
     # a config saved before a key existed ran with its default
     del recorded["live_min_share"]
     assert resume_changes(recorded, config) == {}
-    changed = load_config(None, [*ACTS, "live_min_share=0.5"])
+    changed = load_config(None, [*TINY_POPULATION, "live_min_share=0.5"])
     assert resume_changes(recorded, changed) == {"live_min_share": (0.25, 0.5)}

@@ -17,6 +17,26 @@ TINY_P4G = [
     "eval_tasks=2",
 ]
 
+# Population Co-Training on the act-level testbed, a snapshot and a checkpoint every step: milliseconds a step
+TINY_POPULATION = [
+    "env=PersuasionActs",
+    "policy=linear",
+    "method=population",
+    "simulator_policy=family:0@3",
+    "simulators=[family:0@3]",
+    "eval_simulators=[family:100]",
+    "groups_per_step=2",
+    "group_size=2",
+    "micro_batch=64",
+    "eval_tasks=1",
+    "eval_every=100",
+    "tensorboard=false",
+    "pool_every=1",
+    "pool_size=2",
+    "steps=2",
+    "checkpoint_every=1",
+]
+
 
 class ParityPersuadee(ScriptedSimulator):
     """Donates $1 when the persuader's last message has an even number of characters: a reward
