@@ -5,13 +5,12 @@ back tolerantly after a crash."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from scope_envs.core.files import atomic_write
 from sims.checksums import CHECKPOINT_MANIFEST, fsync_directory, verify_checkpoint, write_checkpoint_manifest
 
 __all__ = [
@@ -30,14 +29,6 @@ __all__ = [
 
 def disk_megabytes(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
-
-
-def atomic_write(path: Path, text: str) -> None:
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(handle.name, path)
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -14,11 +14,12 @@ import argparse
 import hashlib
 import os
 import sys
-import tempfile
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from scope_envs.core.files import atomic_write
 
 
 class MissingDataError(FileNotFoundError):
@@ -86,20 +87,13 @@ def read_url(url: str, timeout: float = 60.0) -> bytes:
         return response.read()
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as handle:
-        handle.write(data)
-    os.replace(handle.name, path)
-
-
 def keep_checked(dataset: DataSet, payloads: Mapping[str, bytes], folder: Path, origins: Mapping[str, str]) -> Path:
     """Writes the files into `folder` only when every one of them is the official file."""
     for name, data in payloads.items():
         if dataset.digest(data) != dataset.checksums[name]:
             raise dataset.error(f"{origins[name]} is not the official {name} (checksum {dataset.digest(data)})")
     for name, data in payloads.items():
-        write_atomically(folder / name, data)
+        atomic_write(folder / name, data)
     return folder
 
 

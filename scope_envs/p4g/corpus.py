@@ -17,7 +17,8 @@ import urllib.error
 from pathlib import Path
 from typing import Any
 
-from scope_envs.core.data import DataSet, MissingDataError, fetch_files, read_url, sha256, user_cache, write_atomically
+from scope_envs.core.data import DataSet, MissingDataError, fetch_files, read_url, sha256, user_cache
+from scope_envs.core.files import atomic_write
 from scope_envs.p4g.personas import PersonaPair, pairs_from_rows
 
 ENV_VAR = "SCOPE_P4G_DATA"
@@ -110,7 +111,7 @@ def download_corpus(*, timeout: float = 20.0) -> Path:
     if digest != INFO_SHA256:
         raise ValueError(f"{url} has SHA-256 {digest}, not the known {INFO_SHA256}; point ${ENV_VAR} at a copy instead")
     target = cache_dir() / INFO_FILE
-    write_atomically(target, payload)
+    atomic_write(target, payload)
     return target
 
 
