@@ -428,23 +428,9 @@ def _demo(args: argparse.Namespace) -> int:
     except ImportError:
         print(needs_extra("scope demo", "torch", "demo"), file=sys.stderr)
         return 2
-    import yaml
+    from baselines.apps.demo import run_demo, settings_from
 
-    from baselines.apps.demo import METHODS, run_demo, settings_from
-    from baselines.training.config import find_config
-
-    settings = settings_from(args)
-    # the user's mistakes, said before any run: an unknown method, a study file that is missing or not YAML
-    unknown = sorted(set(settings.methods) - set(METHODS))
-    if unknown:
-        raise UsageError(f"unknown methods {unknown}; choose from {', '.join(METHODS)}")
-    try:
-        study = find_config(settings.study, kind="studies")
-    except ValueError as error:
-        raise UsageError(str(error)) from error
-    with study.open() as file:  # read from the file, a YAML error names it
-        yaml.safe_load(file)
-    report = run_demo(settings)
+    report = run_demo(settings_from(args))
     print(report.read_text())
     print(f"report: {report}\nplots:  {report.parent / 'curves.png'}\nruns:   {report.parent / 'runs'}")
     return 0

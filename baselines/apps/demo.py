@@ -82,7 +82,8 @@ class DemoSettings:
     def study_config(self) -> dict[str, Any]:
         from baselines.training.config import find_config
 
-        return yaml.safe_load(find_config(self.study, kind="studies").read_text())
+        with find_config(self.study, kind="studies").open() as file:  # read from the file, a YAML error names it
+            return yaml.safe_load(file)
 
     def _spec(self, template: str, seed: int, **extra: Any) -> str:
         family = self.study_config().get("train_family_first", self.train_family - seed) + seed
@@ -494,9 +495,12 @@ def untrained_success(settings: DemoSettings) -> tuple[float, float]:
 
 
 def run_demo(settings: DemoSettings, *, progress: bool = True) -> Path:
+    from scope_envs.core.errors import UsageError
+
     unknown = set(settings.methods) - set(METHODS)
     if unknown:
-        raise ValueError(f"unknown methods {sorted(unknown)}; choose from {', '.join(METHODS)}")
+        raise UsageError(f"unknown methods {sorted(unknown)}; choose from {', '.join(METHODS)}")
+    settings.study_config()  # a study that is missing or not YAML is said before any run
     started = time.perf_counter()
     out = Path(settings.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ from baselines.training.methods import method_for
 from baselines.training.policy import language_model_of
 from baselines.training.rollouts import DEFAULT_ROLLOUT, ROLLOUTS
 from baselines.training.secrets import redacted, without_redacted
+from scope_envs.core.errors import UsageError
 from sims.pool import SAMPLING
 
 DTYPES = ("float32", "bfloat16")
@@ -222,7 +223,7 @@ def find_config(name: str | Path, kind: str = "configs") -> Path:
     matches = [config for config in shipped if config.stem == path.name.removesuffix(".yaml")]
     if len(matches) != 1:
         known = ", ".join(config.stem for config in shipped)
-        raise ValueError(f"no file {str(name)!r}, nor a shipped one of that name; shipped: {known}")
+        raise UsageError(f"no file {str(name)!r}, nor a shipped one of that name; shipped: {known}")
     return matches[0]
 
 
