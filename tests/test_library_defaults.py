@@ -8,6 +8,9 @@ take a text observation at all (see docs/rl-libraries.md): PettingZoo's AEC `api
 each observation's `.dtype` with its space's, which a `str` has not; TorchRL maps spaces to tensor
 specs and has none for `Text`; RLlib converts observations to float arrays.
 
+Gymnasium's `check_env` and PettingZoo's `parallel_api_test` on every registered id, with its
+defaults, are in tests/test_registry_defaults.py, which finds the ids in the registry.
+
 RLlib needs the `rllib` extra (it pins its own Gymnasium), so its check skips without it:
     pip install -e ".[rllib]" && pytest tests/test_library_defaults.py
 """
@@ -15,7 +18,6 @@ RLlib needs the `rllib` extra (it pins its own Gymnasium), so its check skips wi
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env
 from pettingzoo.test import api_test, parallel_api_test
 from pettingzoo.utils.conversions import parallel_to_aec
 
@@ -44,11 +46,6 @@ def test_acts_action_mask_is_an_ndarray_in_the_infos():
     env = find_env("PersuasionActs").make(info="full")
     _, infos = env.reset(seed=0)
     assert all(isinstance(info["action_mask"], np.ndarray) for info in infos.values())
-
-
-@pytest.mark.parametrize("side", ["", "-User"])
-def test_acts_gymnasium_views_pass_check_env(side):
-    check_env(gym.make(f"scope/PersuasionActs{side}-v0").unwrapped, skip_render_check=True)
 
 
 def test_acts_one_set_of_defaults_for_gym_make_and_find_env():
@@ -82,17 +79,6 @@ def test_acts_defaults_pass_rllib():
         *_, dones, truncs, _ = env.step(actions)
         if dones["__all__"] or truncs["__all__"]:
             env.reset()
-
-
-@pytest.mark.parametrize("name", TEXT_ENVS)
-def test_dialogue_envs_pass_parallel_api_test_as_made(name):
-    parallel_api_test(find_env(name).make(), num_cycles=40)
-
-
-@pytest.mark.parametrize("name", TEXT_ENVS)
-@pytest.mark.parametrize("side", ["", "-User"])
-def test_dialogue_views_pass_check_env_as_made(name, side):
-    check_env(gym.make(f"scope/{name}{side}-v0").unwrapped, skip_render_check=True)
 
 
 @pytest.mark.parametrize("name", ["PersuasionActs", *TEXT_ENVS])
