@@ -124,6 +124,9 @@ def run_config(env: str, method: str, model: Path, output: Path, args: argparse.
         "gpu_memory_gb": args.gpu_memory_gb,
         "pool_every": 1,
         "pool_size": 2,
+        # the live simulator plays in every step, so its first update is checked too (the paper's draw,
+        # one member per step and no floor, may give step 1 wholly to a snapshot)
+        "live_min_share": 0.25,
         "tensorboard": False,
         "output_dir": str(output / f"{env}_{method}"),
         "seed": args.seed,

@@ -47,6 +47,16 @@ def register_all() -> None:
         version=1,
     )
     register_dialogue_env(
+        "PersuasionActsPlanted",
+        "scope_envs.persuasion_acts.env:PersuasionActsEnv",
+        "Mechanism test, not a claim about P4G: PersuasionActs-v1's rules with two planted persuadee types "
+        "whose best acts differ",
+        rollout="scope_envs.persuasion_acts.rollout:collect",
+        policies={"planted": "scope_envs.persuasion_acts.mixture:make_planted_mixture"},
+        vector_entry_point="scope_envs.persuasion_acts.vector:PersuasionActsVectorEnv",
+        version=2,
+    )
+    register_dialogue_env(
         "CooperBench",
         "scope_envs.cooperbench.env:CooperBenchEnv",
         "CooperBench: two coding agents implement one feature each; merged patch, hidden tests",

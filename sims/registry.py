@@ -30,9 +30,10 @@ SIMULATOR_BACKENDS: dict[str, str] = {
 for _backend, _factory in SIMULATOR_BACKENDS.items():
     register_policy_backend(_backend, _factory)
 
-# spec wrappers (`vs5:SPEC`, `persona:SPEC`): factory(policy, parameter)
+# spec wrappers (`vs5:SPEC`, `vsprob5:SPEC`, `persona:SPEC`): factory(policy, parameter)
 SIMULATOR_WRAPPERS: dict[str, str] = {
     "vs": "sims.verbalized:verbalize_spec",
+    "vsprob": "sims.verbalized:verbalize_prob_spec",
     "persona": "sims.persona:persona_spec",
 }
 for _wrapper, _factory in SIMULATOR_WRAPPERS.items():

@@ -144,6 +144,9 @@ def _from_fields(text: str) -> list[Candidate]:
     return candidates
 
 
+DRAWS = ("random", "prob")  # uniform over the candidates (the paper's main runs), or by their stated probabilities
+
+
 def draw_index(candidates: Sequence[Candidate], draw: str, rng: np.random.Generator) -> int:
     """Uniform, or in proportion to the stated probabilities (missing ones get the mean of the rest)."""
     if draw == "random":
@@ -157,25 +160,38 @@ def draw_index(candidates: Sequence[Candidate], draw: str, rng: np.random.Genera
 
 
 def verbalize(simulator: Any, k: int = 5, draw: str = "random") -> Any:
-    """`simulator` with Verbalized Sampling: its own form where it has one (`simulator.verbalized(k)`,
-    e.g. the act-level families), else wrapped in `VerbalizedSampling`."""
+    """`simulator` with Verbalized Sampling drawing by `draw`: its own form where it has one
+    (`simulator.verbalized(k, draw=draw)`, e.g. the act-level families), else wrapped in
+    `VerbalizedSampling`."""
+    if draw not in DRAWS:
+        raise ValueError(f"draw must be one of {DRAWS}, got {draw!r}")
     if hasattr(simulator, "verbalized"):
-        return simulator.verbalized(k)
+        return simulator.verbalized(k, draw=draw)
     return VerbalizedSampling(simulator, k=k, draw=draw)
 
 
 DEFAULT_K = 5
+SPEC_WRAPPER_OF_DRAW = {"random": "vs", "prob": "vsprob"}  # the spec wrapper that draws each way
 
 
-def verbalize_spec(simulator: Any, k: int | None = None) -> Any:
-    """The `vs[K]:SPEC` wrapper of the spec grammar: `verbalize(simulator, k=K or 5)`."""
+def verbalize_spec(simulator: Any, k: int | None = None, *, draw: str = "random") -> Any:
+    """The `vs[K]:SPEC` wrapper of the spec grammar: `verbalize(simulator, k=K or 5)`, drawing
+    uniformly among the candidates."""
     if k is not None and k < 2:
-        raise UsageError(f"vs{k}: Verbalized Sampling needs k >= 2 candidates (vs:SPEC takes {DEFAULT_K})")
-    return verbalize(simulator, k=DEFAULT_K if k is None else k)
+        name = SPEC_WRAPPER_OF_DRAW[draw]
+        raise UsageError(f"{name}{k}: Verbalized Sampling needs k >= 2 candidates ({name}:SPEC takes {DEFAULT_K})")
+    return verbalize(simulator, k=DEFAULT_K if k is None else k, draw=draw)
+
+
+def verbalize_prob_spec(simulator: Any, k: int | None = None) -> Any:
+    """The `vsprob[K]:SPEC` wrapper: as `vs[K]:SPEC`, drawing in proportion to the probabilities
+    the candidates are verbalized with (the paper's ablation)."""
+    return verbalize_spec(simulator, k, draw="prob")
 
 
 class VerbalizedSampling(SimulatorWrapper):
-    """Wraps any simulator: each reply is drawn from k verbalized candidates.
+    """Wraps any simulator: each reply is drawn from k verbalized candidates, uniformly
+    (`draw="random"`, the paper's main runs) or by their stated probabilities (`draw="prob"`).
 
     Structured output is used where the backend has it (`respond_json`); otherwise the
     instruction and a tolerant parser. Two retries, then a plain reply (`vs_fallback` in the
@@ -185,15 +201,15 @@ class VerbalizedSampling(SimulatorWrapper):
     """
 
     def __init__(self, simulator: Any, k: int = 5, draw: str = "random", retries: int = 2) -> None:
-        if draw not in {"random", "prob"}:
-            raise ValueError(f"draw must be 'random' or 'prob', got {draw!r}")
+        if draw not in DRAWS:
+            raise ValueError(f"draw must be one of {DRAWS}, got {draw!r}")
         if k < 2:
             raise ValueError("Verbalized Sampling needs k >= 2 candidates")
         super().__init__(simulator)
         self.k = k
         self.draw = draw
         self.retries = retries
-        self.name = f"vs({simulator.name}, k={k})"
+        self.name = f"vs({simulator.name}, k={k}" + (", draw=prob)" if draw == "prob" else ")")
         self.stats = {"verbalized": 0, "retried": 0, "fallback": 0}
 
     def respond(self, messages: View, tools: Tools = None, *, seed: int | None = None) -> Reply:

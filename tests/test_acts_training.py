@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from baselines.apps.demo import DemoSettings, mean_interval, run_demo  # noqa: E402
+from baselines.apps.demo import DEFAULT_METHODS, LABELS, DemoSettings, mean_interval, run_demo  # noqa: E402
 from baselines.cli import main  # noqa: E402
 from baselines.training.act_policy import ActPolicy, build_act_policy  # noqa: E402
 from baselines.training.config import load_config  # noqa: E402
@@ -162,17 +162,18 @@ def test_a_shortened_demo_writes_the_report_and_plots(tmp_path):
     )
     report = run_demo(settings, progress=False)
     text = report.read_text()
-    labels = ("single simulator", "Verbalized Sampling", "Population Co-Training", "trained on the held-out target")
-    for label in labels:
-        assert f"| {label}" in text
+    for method in DEFAULT_METHODS:
+        assert f"| {LABELS[method]}" in text
     assert (tmp_path / "curves.png").is_file() and "![curves](curves.png)" in text
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert set(summary["summary"]) == {"single", "heldout", "vs", "population"}
-    assert "## Positive control" in text and summary["positive_control"]["mde"] > 0
-    if not summary["positive_control"]["holds"]:  # two seeds of four steps: no remedy result may be called
-        assert "no remedy result is called" in text and "| remedy (not called" in text
+    assert set(summary["summary"]) == set(DEFAULT_METHODS)
+    assert "## Manipulation checks" in text and "sharpening part" in text and "## Remedies" in text
+    assert set(summary["verdicts"]) == {"vs", "population"}
+    assert summary["fidelity"]["vs_to_unsharpened"] >= 0 and summary["fidelity"]["pool_diversity"] >= 0
+    if not summary["checks"]["confirmed"]:  # two seeds of four steps: no remedy result may be called
+        assert {v["verdict"] for v in summary["verdicts"].values()} == {"not testable here"}
     trained = [p.name for p in (tmp_path / "runs").iterdir() if not p.name.startswith("untrained")]
-    assert len(trained) == 8 and "| untrained (uniform over acts) |" in text
+    assert len(trained) == 2 * len(DEFAULT_METHODS) and "| untrained (uniform over acts) |" in text
 
 
 def test_demo_help_lists_the_knobs(capsys):
@@ -225,25 +226,30 @@ def test_a_fresh_run_into_an_old_output_dir_equals_one_into_a_new_dir(tmp_path):
     assert run(tmp_path / "reused") == fresh
 
 
-def test_the_report_calls_remedies_only_where_the_positive_control_holds():
-    from baselines.apps.demo import control_lines, positive_control, remedy_effects
-
-    def finals(values):
-        return [{"heldout_success": v} for v in values]
+def test_the_report_gives_the_checks_before_any_verdict():
+    from baselines.apps.demo import Fidelity, check_lines, verdict_lines
+    from baselines.apps.verdicts import manipulation_checks, remedy_verdicts
 
     base = [0.40, 0.42, 0.38, 0.41, 0.39]
     clear = {
-        "single": finals(base),
-        "heldout": finals([v + 0.2 + 0.002 * i for i, v in enumerate(base)]),
-        "vs": finals([v + 0.1 + 0.003 * i for i, v in enumerate(base)]),
+        "single": base,
+        "heldout": [v + 0.2 + 0.002 * i for i, v in enumerate(base)],
+        "unsharpened": [v + 0.12 + 0.001 * i for i, v in enumerate(base)],
+        "vs": [v + 0.1 + 0.003 * i for i, v in enumerate(base)],
+        "population": [v + 0.05 + 0.004 * i for i, v in enumerate(base)],
     }
-    control = positive_control(clear)
-    assert control.holds and control.gap.difference == pytest.approx(0.204)
-    text = "\n".join(control_lines(control, remedy_effects(clear)))
-    assert "| Verbalized Sampling |" in text and "+52%" in text, "the share of G the remedy recovers"
-    faint = {**clear, "heldout": finals([v + (0.01 if i % 2 else -0.008) for i, v in enumerate(base)])}
-    control = positive_control(faint)
-    assert not control.holds
-    text = "\n".join(control_lines(control, remedy_effects(faint)))
-    assert "does not hold" in text and "not called" in text and "share of G" not in text
-    assert "no remedy result is called" in "\n".join(control_lines(None, {}))
+    checks = manipulation_checks(clear)
+    assert checks.confirmed and checks.gap.difference == pytest.approx(0.204)
+    text = "\n".join(check_lines(checks, Fidelity(pool_diversity=0.2), 5))
+    assert "sharpening part" in text and "family part" in text and "G / 2 = **0.102**" in text
+    assert "pool members differ by 0.200" in text
+    verdicts = {v.remedy: v for v in remedy_verdicts(clear, ("vs", "population"), checks)}
+    assert verdicts["vs"].verdict == "helps"
+    assert verdicts["population"].verdict == "not testable here", "its ceiling (diverse) was not run"
+    text = "\n".join(verdict_lines(checks, list(verdicts.values())))
+    assert "| Verbalized Sampling | +0.106" in text and "helps" in text
+    faint = {**clear, "heldout": [v + (0.01 if i % 2 else -0.008) for i, v in enumerate(base)]}
+    checks = manipulation_checks(faint)
+    assert not checks.confirmed
+    assert {v.verdict for v in remedy_verdicts(faint, ("vs", "population"), checks)} == {"not testable here"}
+    assert "no remedy result is called" in "\n".join(check_lines(manipulation_checks({}), Fidelity(), 0))

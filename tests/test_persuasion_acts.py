@@ -110,11 +110,11 @@ def test_sharpening_and_verbalized_sampling_follow_the_model():
     plain, replies, logprobs = sample_frequencies(sharp, features, mask)
     np.testing.assert_allclose(plain, sharp.distribution(features, mask)[0], atol=0.01)
     np.testing.assert_allclose(logprobs, np.log(sharp.distribution(features, mask)[0][replies]))
-    everything = sample_frequencies(sharp.verbalized(len(PERSUADEE_ACTS)), features, mask)[0]
+    everything = sample_frequencies(sharp.verbalized(len(PERSUADEE_ACTS), draw="prob"), features, mask)[0]
     np.testing.assert_allclose(everything, reference, atol=0.01)  # all candidates listed: p_ref exactly
     one = sample_frequencies(sharp.verbalized(1), features, mask)[0]
     np.testing.assert_allclose(one, plain, atol=0.01)  # one candidate: plain sampling
-    few = sample_frequencies(sharp.verbalized(3), features, mask)[0]
+    few = sample_frequencies(sharp.verbalized(3, draw="prob"), features, mask)[0]
     assert entropy(target) < entropy(few) < entropy(reference)
 
 

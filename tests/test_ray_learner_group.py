@@ -34,6 +34,8 @@ POPULATION = [
     *TINY,
     "method=population",
     "simulator_policy=tiny",
+    "pool_draw=group",  # members drawn per group, the live simulator in one at least: both ranks train it
+    "live_min_share=0.25",
     "groups_per_step=3",
     "group_size=2",
     "micro_batch=2",

@@ -51,4 +51,13 @@ def test_what_a_resume_may_change_and_what_an_older_config_lacks():
     del recorded["live_min_share"]
     assert resume_changes(recorded, config) == {}
     changed = load_config(None, [*TINY_POPULATION, "live_min_share=0.5"])
-    assert resume_changes(recorded, changed) == {"live_min_share": (0.25, 0.5)}
+    assert resume_changes(recorded, changed) == {"live_min_share": (0.0, 0.5)}
+
+
+def test_a_run_saved_before_pool_draws_existed_drew_per_group():
+    """Its steps drew a pool member per group: resumed with today's default (per batch) it would
+    silently change what its remaining steps compute, so the resume refuses."""
+    recorded = yaml.safe_load(yaml.safe_dump(vars(load_config(None, TINY_POPULATION))))
+    del recorded["pool_draw"]
+    assert resume_changes(recorded, load_config(None, TINY_POPULATION)) == {"pool_draw": ("group", "batch")}
+    assert resume_changes(recorded, load_config(None, [*TINY_POPULATION, "pool_draw=group"])) == {}

@@ -241,11 +241,11 @@ def test_pool_copies_an_existing_checkpoint_and_reports_problems(tmp_path):
 
 def test_ensemble_one_simulator_per_group():
     ensemble = Ensemble([lambda m, t: "a", lambda m, t: "b", "scripted:scope_envs.p4g.scripted:ScriptedPersuadee"])
-    assert [ensemble.index_for(g) for g in range(6)] == [0, 1, 2, 0, 1, 2]
+    assert [ensemble.index_for(0, g) for g in range(6)] == [0, 1, 2, 0, 1, 2]
     seeded = Ensemble(ensemble.members, mode="random", seed=3)
-    picks = [seeded.index_for(g) for g in range(30)]
+    picks = [seeded.index_for(0, g) for g in range(30)]
     assert (
-        picks == [Ensemble(ensemble.members, mode="random", seed=3).index_for(g) for g in range(30)]
+        picks == [Ensemble(ensemble.members, mode="random", seed=3).index_for(0, g) for g in range(30)]
         and len(set(picks)) == 3
     )
     label, member = ensemble.pick(0, 1)

@@ -313,6 +313,7 @@ def test_population_snapshots_are_adapters_on_the_resident_base(tmp_path):
         "steps=3",
         "groups_per_step=4",
         "group_size=2",
+        "live_min_share=0.25",
     )
     built = []
     build = trainer._build_policy

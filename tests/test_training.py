@@ -317,6 +317,8 @@ def test_population_pool_draws_evictions_and_reloads(tmp_path):
         "pool_size=2",
         "steps=3",
         "groups_per_step=4",
+        "pool_draw=group",
+        "live_min_share=0.25",
         f"output_dir={out}",
     ]
     assert main(["train", *settings]) == 0

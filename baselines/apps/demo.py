@@ -7,16 +7,22 @@ each method, several seeds each, through the same trainer as the language-model 
 * `single`: against one simulator family sharpened by `gamma` (an aligned LLM simulator);
 * `heldout`: the positive control, trained on the held-out target itself (what a perfect remedy
   would reach);
-* `vs`: against the training simulator through Verbalized Sampling with `k` candidates;
-* `cotrain`: the simulator starts as that family and is trained too, adversarially;
-* `population`: co-training whose groups are played by the live simulator or a pool snapshot.
+* `unsharpened`: against the same family unsharpened (gamma 1): Verbalized Sampling's ceiling;
+* `diverse`: against an ensemble of other unsharpened families: a diversity remedy's ceiling;
+* `vs`: against the training simulator through Verbalized Sampling (`k` candidates, `vs_draw`:
+  uniform over them by default, as the paper's main runs); `vs_prob`: the draw in proportion to the
+  verbalized probabilities, the paper's ablation;
+* `cotrain`: a co-trained simulator that starts from another, unsharpened family (as the paper's
+  starts from another model), KL-anchored there, rewarded by `simulator_reward`;
+* `population`: the same, its groups played by the live simulator or a pool snapshot.
 
 Every run is evaluated on the held-out target (the fitted population; in the v0 study, a panel of
 families) on test scenarios, and on a panel of other families (between-family transfer). The
-report first gives the positive control: the gap `G` between `heldout` and `single`, and the
-minimum detectable effect (MDE) at the seeds run. Only where `G` is clear of zero and at least the
-MDE does it state each remedy's effect (paired by seed, with its interval and its share of `G`);
-elsewhere it says that this run cannot show a remedy working or failing.
+report first gives the manipulation checks (`baselines.apps.verdicts`): the gap `G` between
+`heldout` and `single` with its sharpening and family parts, each remedy's ceiling, and fidelity
+checks (how close Verbalized Sampling comes to the unsharpened family; whether the pool varies);
+then each remedy's verdict by the rule the study pre-registered: helps, negligible, inconclusive,
+or not testable here.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ import math
 import multiprocessing
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,16 +44,22 @@ import yaml
 PROVENANCE = "kernels.json"  # what the runs computed with, beside summary.json (which holds only results)
 STUDY = "collapse_v1"  # the shipped study of that name (`scope_envs/<benchmark>/studies/collapse_v1.yaml`)
 
-METHODS = ("single", "heldout", "vs", "cotrain", "population")
-DEFAULT_METHODS = ("single", "heldout", "vs", "population")
-REMEDIES = ("vs", "cotrain", "population")
+METHODS = ("single", "heldout", "unsharpened", "diverse", "vs", "vs_prob", "cotrain", "population")
+DEFAULT_METHODS = ("single", "heldout", "unsharpened", "diverse", "vs", "population")
+REMEDIES = ("vs", "vs_prob", "cotrain", "population")
+CO_TRAINED = ("cotrain", "population")
 LABELS = {
     "single": "single simulator",
     "vs": "Verbalized Sampling",
+    "vs_prob": "Verbalized Sampling, drawn by probability (ablation)",
     "cotrain": "Co-Training",
     "population": "Population Co-Training",
     "heldout": "trained on the held-out target (positive control)",
+    "unsharpened": "the training family unsharpened (VS ceiling)",
+    "diverse": "unsharpened families, an ensemble (diversity ceiling)",
 }
+VS_FIDELITY_DRAWS = 2000  # Monte Carlo draws per probe state of Verbalized Sampling's reply distribution
+VS_FIDELITY_STATES = 200
 # Two-sided 97.5% quantiles of Student's t for 1..30 degrees of freedom (then the normal's).
 T_975 = tuple(
     float(value)
@@ -67,7 +80,12 @@ class DemoSettings:
     group_size: int = 8
     lr: float = 0.05
     simulator_lr: float = 0.05
-    simulator_kl: float = 0.1
+    # the paper's co-trained simulator: KL 0.005-0.01 to its start (another model), a curriculum reward
+    simulator_kl: float = 0.01
+    simulator_reward: str = "curriculum"
+    vs_draw: str = "random"  # the paper's main runs: uniform over the k listed candidates
+    pool_draw: str = "batch"  # the paper's: one pool member per rollout batch
+    diverse: int = 4  # unsharpened families in the diversity ceiling's ensemble
     spread: float = 1.0
     train_family: int = 0
     panel: int = 4
@@ -85,14 +103,31 @@ class DemoSettings:
         with find_config(self.study, kind="studies").open() as file:  # read from the file, a YAML error names it
             return yaml.safe_load(file)
 
-    def _spec(self, template: str, seed: int, **extra: Any) -> str:
+    def _spec(self, template: str, seed: int, gamma: float | None = None, **extra: Any) -> str:
         family = self.study_config().get("train_family_first", self.train_family - seed) + seed
-        return template.format(gamma=self.gamma, spread=self.spread, train_family=family, **extra)
+        gamma = self.gamma if gamma is None else gamma
+        return template.format(gamma=gamma, spread=self.spread, train_family=family, **extra)
 
-    def train_spec(self, seed: int) -> str:
+    def train_spec(self, seed: int, gamma: float | None = None) -> str:
         """The training simulator of a seed: the study's family for it (`train_family_first + seed`),
-        or `train_family` for every seed where the study names none."""
-        return self._spec(self.study_config()["train_simulator"], seed)
+        or `train_family` for every seed where the study names none; sharpened by `gamma` (the
+        demo's by default; 1: the same family unsharpened)."""
+        return self._spec(self.study_config()["train_simulator"], seed, gamma)
+
+    def _members(self, first_key: str, default_first: int, seed: int, count: int) -> list[str]:
+        """`count` unsharpened families of a seed, numbered from the study's `first_key`."""
+        study = self.study_config()
+        first = study.get(first_key, default_first) + seed * count
+        return [self._spec(study["panel_simulator"], seed, member=first + i) for i in range(count)]
+
+    def diverse_specs(self, seed: int) -> list[str]:
+        """The diversity ceiling's ensemble of a seed: unsharpened families never evaluated on."""
+        return self._members("diverse_first", 3000, seed, self.diverse)
+
+    def start_spec(self, seed: int) -> str:
+        """Where a seed's co-trained simulator starts and is KL-anchored: another family, unsharpened
+        (the paper starts it from another model, not from the simulator single-simulator RL uses)."""
+        return self._members("start_first", 4000, seed, 1)[0]
 
     def panel_specs(self, seed: int) -> list[str]:
         """The between-family panel of a seed (its own members where the study has a target)."""
@@ -131,17 +166,23 @@ def run_config(settings: DemoSettings, method: str, seed: int) -> dict[str, Any]
         "output_dir": str(Path(settings.out) / "runs" / f"{method}-seed{seed}"),
     }
     if method == "vs":
-        config.update(method="vs", vs_k=settings.k)
-    elif method in ("cotrain", "population"):
+        config.update(method="vs", vs_k=settings.k, vs_draw=settings.vs_draw)
+    elif method == "vs_prob":
+        config.update(method="vs", vs_k=settings.k, vs_draw="prob")
+    elif method == "unsharpened":
+        config.update(simulators=[settings.train_spec(seed, gamma=1.0)])
+    elif method == "diverse":
+        config.update(method="ensemble", simulators=settings.diverse_specs(seed))
+    elif method in CO_TRAINED:
         config.update(
             method=method,
-            simulator_policy=train_spec,
+            simulator_policy=settings.start_spec(seed),
             simulator_lr=settings.simulator_lr,
             simulator_kl_coef=settings.simulator_kl,
-            simulator_reward="adversarial",
+            simulator_reward=settings.simulator_reward,
         )
         if method == "population":
-            config.update(pool_size=settings.pool_size, pool_every=settings.pool_every)
+            config.update(pool_size=settings.pool_size, pool_every=settings.pool_every, pool_draw=settings.pool_draw)
     elif method == "heldout":
         config.update(method="ensemble", simulators=[settings.target] if settings.target else panel)
     return config
@@ -192,7 +233,7 @@ def run_all(
 
     # Co-training runs take the longest (a second learner): started first, they leave no
     # process idle at the end.
-    longest_first = sorted(settings.methods, key=lambda m: m not in ("cotrain", "population"))
+    longest_first = sorted(settings.methods, key=lambda m: m not in CO_TRAINED)
     jobs = [(method, seed) for method in longest_first for seed in range(settings.seeds)]
     counter = multiprocessing.get_context("spawn").Value("i", 0)
     bar = tqdm(total=len(jobs) * settings.steps, desc="demo", unit="step", disable=not progress)
@@ -243,60 +284,34 @@ def heldout_key(target: str | None) -> str:
 def final_values(history: list[dict[str, Any]], tail: int, target: str | None = None) -> dict[str, float]:
     """A run's outcomes: held-out success on the target (and, with a target, on the other panel
     members, `panel_success`) at its last evaluation; training reward, success and entropy over its
-    last `tail` steps."""
+    last `tail` steps; a population's last pool diversity."""
     last = history[-tail:]
     evaluated = [r for r in history if "heldout_success" in r][-1]
     values = {"heldout_success": float(evaluated[heldout_key(target)])}
-    if target:
-        panel = [v for k, v in evaluated.items() if k.startswith("heldout_success/") and k != heldout_key(target)]
-        values["panel_success"] = float(np.mean(panel)) if panel else float("nan")
-    return {
-        **values,
-        "train_reward": float(np.mean([r["reward_mean"] for r in last])),
-        "train_success": float(np.mean([r["success"] for r in last])),
-        "entropy": float(np.mean([r["entropy"] for r in last])),
-    }
+    panel = [v for k, v in evaluated.items() if k.startswith("heldout_success/") and k != heldout_key(target)]
+    if target and panel:  # no NaN where there is no panel: a rerun's NaN would never equal the record's
+        values["panel_success"] = float(np.mean(panel))
+    values.update(
+        train_reward=float(np.mean([r["reward_mean"] for r in last])),
+        train_success=float(np.mean([r["success"] for r in last])),
+        entropy=float(np.mean([r["entropy"] for r in last])),
+    )
+    diversity = [r["pool/diversity"] for r in history if "pool/diversity" in r]
+    if diversity:  # a population's: how much its pool's members differ at the end
+        values["pool_diversity"] = float(diversity[-1])
+    return values
 
 
 def summarize(finals: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, tuple[float, float]]]:
     return {
-        method: {name: mean_interval([f[name] for f in runs]) for name in runs[0]} for method, runs in finals.items()
+        method: {name: mean_interval([f[name] for f in runs]) for name in runs[0] if name != "pool_diversity"}
+        for method, runs in finals.items()
     }
 
 
-@dataclass(frozen=True)
-class PositiveControl:
-    """`G`: held-out success of the arm trained on the target minus single-simulator RL's, paired
-    by seed; the minimum detectable effect at these seeds; whether a remedy result may be called."""
-
-    gap: Any  # baselines.apps.stats.PairedTest
-    mde: float
-    seeds: int
-
-    @property
-    def holds(self) -> bool:
-        return self.gap.low > 0 and self.gap.difference >= self.mde
-
-
-def positive_control(finals: dict[str, list[dict[str, float]]], *, alpha: float = 0.05) -> PositiveControl | None:
-    from baselines.apps.stats import minimum_detectable_effect, paired_t_test
-
-    if len(finals.get("heldout", [])) < 2 or len(finals.get("single", [])) < 2:
-        return None
-    gap = paired_t_test(*(_outcomes(finals, m) for m in ("heldout", "single")))
-    return PositiveControl(gap, minimum_detectable_effect(gap.sd, gap.n, alpha=alpha), gap.n)
-
-
-def remedy_effects(finals: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
-    """Each remedy's held-out success minus single-simulator RL's, paired by seed."""
-    from baselines.apps.stats import paired_t_test
-
-    single = _outcomes(finals, "single")
-    return {m: paired_t_test(_outcomes(finals, m), single) for m in REMEDIES if len(finals.get(m, [])) >= 2}
-
-
-def _outcomes(finals: dict[str, list[dict[str, float]]], method: str) -> list[float]:
-    return [f["heldout_success"] for f in finals[method]]
+def outcomes_by_arm(finals: dict[str, list[dict[str, float]]]) -> dict[str, list[float]]:
+    """Held-out success of every arm, in seed order."""
+    return {method: [f["heldout_success"] for f in runs] for method, runs in finals.items()}
 
 
 def _cell(value: tuple[float, float], digits: int = 3) -> str:
@@ -308,48 +323,128 @@ def _signed(test: Any) -> str:
     return f"{test.difference:+.3f} [{test.low:+.3f}, {test.high:+.3f}]"
 
 
-def control_lines(control: PositiveControl | None, effects: dict[str, Any]) -> list[str]:
-    """The report's verdict: the positive control, then each remedy only where the control holds."""
-    if control is None:
+@dataclass(frozen=True)
+class Fidelity:
+    """Do the remedies do what they claim? Verbalized Sampling: the mean per-state total-variation
+    distance of its replies from the unsharpened family's, beside the sharpened family's; the
+    population: the mean pairwise distance between its pool's members at the end of training."""
+
+    vs_to_unsharpened: float = float("nan")  # the draw the `vs` arm uses (`vs_draw`)
+    vs_prob_to_unsharpened: float = float("nan")  # the draw by verbalized probability (`vs_prob`)
+    sharpened_to_unsharpened: float = float("nan")
+    unsharpened_to_target: float = float("nan")
+    pool_diversity: float = float("nan")
+    states: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(vars(self))
+
+
+def vs_fidelity(settings: DemoSettings, seeds: Iterable[int]) -> Fidelity:
+    """Verbalized Sampling's distance from the unsharpened family, on the study's probe states
+    (the persuadee's turns of scripted conversations: `probe_states` in the study), averaged over
+    each seed's training family; nothing where the study names no probe states."""
+    from scope_envs.core.registration import find_env
+    from scope_envs.core.specs import import_object, make_policy, wrapped
+    from sims.reply_distance import mean_total_variation
+
+    study = settings.study_config()
+    if "probe_states" not in study:
+        return Fidelity()
+    env = find_env(study["env"]).make()
+    features, mask = import_object(study["probe_states"])(env, VS_FIDELITY_STATES, seed=0)
+
+    def simulator(spec: str) -> Any:
+        return make_policy(spec, env=env, side="user")
+
+    draws: dict[str, list[float]] = {"vs": [], "vs_prob": [], "sharpened": [], "target": []}
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+
+        def distance(a: Any, b: Any) -> float:
+            return mean_total_variation(a, b, features, mask, draws=VS_FIDELITY_DRAWS, rng=rng)  # noqa: B023
+
+        unsharpened = simulator(settings.train_spec(seed, gamma=1.0))
+        sharpened_spec = settings.train_spec(seed)
+        draw = "vs" if settings.vs_draw == "random" else "vsprob"
+        draws["vs"].append(distance(simulator(wrapped(draw, sharpened_spec, settings.k)), unsharpened))
+        draws["vs_prob"].append(distance(simulator(wrapped("vsprob", sharpened_spec, settings.k)), unsharpened))
+        draws["sharpened"].append(distance(simulator(sharpened_spec), unsharpened))
+        if settings.target:
+            draws["target"].append(distance(unsharpened, simulator(settings.target)))
+    means = {key: float(np.mean(values)) if values else float("nan") for key, values in draws.items()}
+    return Fidelity(means["vs"], means["vs_prob"], means["sharpened"], means["target"], states=len(features))
+
+
+def pool_diversity(finals: list[dict[str, float]]) -> float:
+    """The population's pool diversity at the end of training, averaged over seeds."""
+    values = [f["pool_diversity"] for f in finals if "pool_diversity" in f]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def check_lines(checks: Any, fidelity: Fidelity, seeds: int) -> list[str]:
+    """The manipulation checks: G with its parts, each ceiling, the fidelity checks."""
+    from baselines.apps.verdicts import DIVERSE, UNSHARPENED
+
+    if checks.gap is None:
         return ["No positive control was run (the `heldout` and `single` arms are needed): no remedy result is called."]
-    g = control.gap
-    lines = [
-        "## Positive control",
-        "",
-        f"G = held-out success of the agent trained on the target itself minus single-simulator RL's, paired by "
-        f"seed: **{_signed(g)}** (95% t-interval, {control.seeds} seeds). Minimum detectable effect of a paired "
-        f"t-test at these seeds (alpha 0.05, power 0.8): **{control.mde:.3f}**.",
-        "",
-    ]
-    if not control.holds:
-        why = "its interval includes zero" if g.low <= 0 else f"G is below the MDE ({control.mde:.3f})"
-        lines += [
-            f"**The positive control does not hold here** ({why}): these seeds cannot show a remedy working or "
-            "failing, so no remedy result is called. Run more seeds (`--seeds`) or another cell (`--gamma`, "
-            "`--spread`); docs/study/v1 says where the control holds.",
-            "",
-            "| remedy (not called: the positive control does not hold) | minus single [95% CI] | paired p |",
-            "|---|---|---|",
-            *(f"| {LABELS[m]} | {_signed(t)} | {t.p_value:.2g} |" for m, t in effects.items()),
+    rows = [("G = held-out-trained minus single (positive control)", checks.gap)]
+    if checks.sharpening is not None:
+        rows += [
+            ("sharpening part: unsharpened minus single", checks.sharpening),
+            ("family part: held-out-trained minus unsharpened", checks.family),
         ]
-        return lines
-    lines += [
-        "The positive control holds: collapse costs held-out success here, and these seeds can detect an "
-        "effect of the MDE's size.",
+    names = {UNSHARPENED: "Verbalized Sampling's ceiling", DIVERSE: "a diversity remedy's ceiling"}
+    rows += [(f"{names[arm]}: {LABELS[arm]} minus single", test) for arm, test in checks.ceilings.items()]
+    lines = [
+        "## Manipulation checks",
         "",
-        "| remedy | minus single [95% CI] | paired p | share of G recovered |",
-        "|---|---|---|---|",
+        f"Held-out success, paired by seed ({seeds} seeds), 95% t-intervals. Smallest effect of interest: "
+        f"G / 2 = **{checks.sesoi:.3f}**.",
+        "",
+        "| check | difference [95% CI] |",
+        "|---|---|",
+        *(f"| {name} | {_signed(test)} |" for name, test in rows),
+        "",
     ]
-    for method, test in effects.items():
+    if not math.isnan(fidelity.vs_to_unsharpened):
         lines.append(
-            f"| {LABELS[method]} | {_signed(test)} | {test.p_value:.2g} | {test.difference / g.difference:+.0%} |"
+            f"Fidelity: Verbalized Sampling's replies are {fidelity.vs_to_unsharpened:.3f} (mean per-state total "
+            f"variation, {fidelity.states} probe states; {fidelity.vs_prob_to_unsharpened:.3f} drawn by probability) "
+            "from the unsharpened family's; the sharpened family's are "
+            f"{fidelity.sharpened_to_unsharpened:.3f}, and the unsharpened family is "
+            f"{fidelity.unsharpened_to_target:.3f} from the target."
         )
-    lines += [
+    if not math.isnan(fidelity.pool_diversity):
+        lines.append(
+            f"Fidelity: the population's pool members differ by {fidelity.pool_diversity:.3f} (mean pairwise total "
+            "variation of their replies) at the end of training."
+        )
+    return [*lines, ""] if lines[-1] else lines
+
+
+def verdict_lines(checks: Any, verdicts: list[Any]) -> list[str]:
+    """Each remedy's effect, interval, power and verdict, by the pre-registered rule."""
+    if not verdicts:
+        return []
+    lines = [
+        "## Remedies",
         "",
-        "An effect smaller than the MDE may exist and go undetected; p-values are not corrected here "
-        "(the study, docs/study/v1, corrects them).",
+        "Each remedy minus single-simulator RL, paired by seed. Verdict (docs/study/v2/preregistration.md): "
+        "**helps** where the Holm-adjusted p < 0.05 and the difference is positive; **negligible** where the "
+        "one-sided 95% upper bound is below the smallest effect of interest; otherwise **inconclusive**; "
+        "**not testable here** where G is not confirmed or the remedy's ceiling is below the smallest effect.",
+        "",
+        "| remedy | minus single [95% CI] | Holm p | power at G/2 | verdict |",
+        "|---|---|---|---|---|",
     ]
-    return lines
+    for v in verdicts:
+        effect = _signed(v.test) if v.test is not None else "-"
+        held = v.verdict + (" (harms)" if v.harms else "") + f": {v.reason}"
+        p = f"{v.adjusted_p:.2g}" if not math.isnan(v.adjusted_p) else "-"
+        power = f"{v.power:.2f}" if not math.isnan(v.power) else "-"
+        lines.append(f"| {LABELS[v.remedy]} | {effect} | {p} | {power} | {held} |")
+    return [*lines, ""]
 
 
 def write_report(
@@ -358,12 +453,19 @@ def write_report(
     untrained: tuple[float, float],
     plots: list[Path],
     seconds: float,
+    fidelity: Fidelity | None = None,
 ) -> Path:
+    from baselines.apps.verdicts import manipulation_checks, remedy_verdicts
+    from scope_envs.core.jsonable import finite_or_null
+
     out = Path(settings.out)
     tail = max(settings.steps // 10, 1)
     study = settings.study_config()
     summary = summarize(finals)
-    control, effects = positive_control(finals), remedy_effects(finals)
+    fidelity = fidelity or Fidelity()
+    outcomes = outcomes_by_arm(finals)
+    checks = manipulation_checks(outcomes)
+    verdicts = remedy_verdicts(outcomes, REMEDIES, checks)
     target = settings.target
     where = (
         f"the held-out target `{target}` (the population the simulators approximate)"
@@ -378,13 +480,15 @@ def write_report(
         f"replies, the model of collapse). Family spread {settings.spread:g}: how far families stray from the "
         f"population. Every run is evaluated on {where}, on test scenarios.",
         f"{settings.seeds} seeds x {settings.steps} steps x {settings.groups} groups x {settings.group_size} episodes "
-        f"per method; Verbalized Sampling k = {settings.k}; pool size {settings.pool_size}, a snapshot every "
-        f"{settings.pool_every} steps; {seconds:.0f} s on {settings.jobs} processes. The model and the study: "
-        "docs/demo.md, docs/study/v1.",
+        f"per method; Verbalized Sampling k = {settings.k}, draw `{settings.vs_draw}`; the co-trained simulator "
+        f"starts from another family unsharpened (seed 0: `{settings.start_spec(0)}`), KL {settings.simulator_kl:g} "
+        f"to it, reward `{settings.simulator_reward}`; pool size {settings.pool_size}, a snapshot every "
+        f"{settings.pool_every} steps, drawn per {settings.pool_draw}; {seconds:.0f} s on {settings.jobs} processes. "
+        "The model and the study: docs/demo.md, docs/study/v2.",
         kernels_line(json.loads((out / PROVENANCE).read_text())),
         "",
-        *control_lines(control, effects),
-        "",
+        *check_lines(checks, fidelity, settings.seeds),
+        *verdict_lines(checks, verdicts),
         "## Every arm",
         "",
         f"Mean ± 95% interval over seeds. Held-out success: the last evaluation ({settings.eval_tasks} draws of "
@@ -393,7 +497,7 @@ def write_report(
         f"over the last {tail} steps.",
         "",
     ]
-    panel_column = target is not None
+    panel_column = target is not None and settings.panel > 0
     header = "| method | held-out success |" + (" other families |" if panel_column else "")
     lines += [
         header + " training reward | training success | policy entropy |",
@@ -413,12 +517,11 @@ def write_report(
     path.write_text("\n".join(lines))
     record = {
         "summary": {m: {k: list(v) for k, v in values.items()} for m, values in summary.items()},
-        "positive_control": None
-        if control is None
-        else {**control.gap.as_dict(), "mde": control.mde, "holds": control.holds},
-        "remedies": {m: test.as_dict() for m, test in effects.items()},
+        "checks": checks.as_dict(),
+        "fidelity": fidelity.as_dict(),
+        "verdicts": {v.remedy: v.as_dict() for v in verdicts},
     }
-    (out / "summary.json").write_text(json.dumps(record, indent=1))
+    (out / "summary.json").write_text(json.dumps(finite_or_null(record), indent=1, allow_nan=False))
     return path
 
 
@@ -508,7 +611,10 @@ def run_demo(settings: DemoSettings, *, progress: bool = True) -> Path:
     tail = max(settings.steps // 10, 1)
     plots = plot(results, out, smooth=max(min(tail, settings.steps // 4), 1), target=settings.target)
     finals = {m: [final_values(history, tail, settings.target) for history in runs] for m, runs in results.items()}
-    return write_report(settings, finals, baseline, plots, time.perf_counter() - started)
+    fidelity = vs_fidelity(settings, range(settings.seeds)) if "vs" in settings.methods else Fidelity()
+    if "population" in finals:
+        fidelity = replace(fidelity, pool_diversity=pool_diversity(finals["population"]))
+    return write_report(settings, finals, baseline, plots, time.perf_counter() - started, fidelity)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -525,6 +631,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("lr", float, "agent learning rate"),
         ("simulator_lr", float, "co-trained simulator learning rate"),
         ("simulator_kl", float, "co-trained simulator KL coefficient to its initial behaviour"),
+        ("simulator_reward", str, "co-trained simulator's reward: curriculum, adversarial or cooperative"),
+        ("vs_draw", str, "Verbalized Sampling's draw: random (uniform over the k listed) or prob"),
+        ("pool_draw", str, "Population Co-Training: one pool member per batch, or per group"),
+        ("diverse", int, "unsharpened families in the diversity ceiling's ensemble"),
         ("spread", float, "how far simulator families differ from the shared reference behaviour"),
         ("train_family", int, "the simulator family trained against"),
         ("panel", int, "held-out panel size (members numbered from the study's panel_first)"),
@@ -537,7 +647,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     for name, kind, text in knobs:
         default = getattr(defaults, name)
-        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default, help=f"{text} ({default})")
+        if name in STUDY_KNOBS:  # a study may set its own (`gamma:` and `spread:` in its YAML)
+            shown, default = f"the study's, else {default}", None
+        else:
+            shown = default
+        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default, help=f"{text} ({shown})")
     parser.add_argument(
         "--methods",
         default=",".join(DEFAULT_METHODS),
@@ -545,6 +659,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+STUDY_KNOBS = ("gamma", "spread")  # settings a study's YAML may give, which its command line overrides
+
+
 def settings_from(args: argparse.Namespace) -> DemoSettings:
     values = {name: getattr(args, name) for name in DemoSettings.__dataclass_fields__ if name != "methods"}
-    return DemoSettings(**values, methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()))
+    settings = DemoSettings(**{k: v for k, v in values.items() if v is not None})
+    study = settings.study_config()
+    chosen = {name: study[name] for name in STUDY_KNOBS if values[name] is None and name in study}
+    methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    return replace(settings, **chosen, methods=methods)

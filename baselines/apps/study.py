@@ -48,6 +48,7 @@ POWER = 0.8
 FOLLOW_UP_SEEDS = tuple(range(20, 40))
 FOLLOW_UP_OUT = "runs/study-v1-followup"
 FINAL = "final.json"
+NOT_OUTCOMES = ("seconds", "target", "provenance")  # what a run's final.json holds beside its outcomes
 LIBRARIES = ("numpy", "torch", "scipy", "gymnasium", "pettingzoo")
 
 
@@ -105,8 +106,9 @@ def provenance() -> dict[str, Any]:
         except (OSError, subprocess.CalledProcessError):
             return ""
 
-    tracked_changes = git("status", "--porcelain", "--untracked-files=no", "--", "scope_envs", "sims", "baselines")
-    return {"commit": git("rev-parse", "HEAD") or None, "clean": tracked_changes == "", **environment(LIBRARIES)}
+    # an untracked module counts: the commit a run records would lack it
+    changes = git("status", "--porcelain", "--untracked-files=normal", "--", "scope_envs", "sims", "baselines")
+    return {"commit": git("rev-parse", "HEAD") or None, "clean": changes == "", **environment(LIBRARIES)}
 
 
 # `environment` and the functions it calls also run in the rerun child, which must not import this
@@ -164,7 +166,7 @@ def check_provenance(out: Path, current: dict[str, Any]) -> None:
     if not current["clean"] or current["commit"] is None:
         raise SystemExit(
             "the study runs from a committed tree: commit (or stash) the changes under scope_envs, "
-            "sims and baselines first, so every run names the code it came from"
+            "sims and baselines first, new files included, so every run names the code it came from"
         )
     for path in sorted(out.glob(f"*/runs/*/{FINAL}")):
         made = json.loads(path.read_text()).get("provenance", {})
@@ -184,7 +186,12 @@ def _run(config: dict[str, Any], tail: int, target: str | None, made: dict[str, 
     started = time.perf_counter()
     finals = final_values(_train(config), tail, target)
     # The kernels after training: the threads and CPU dispatch the run itself used.
-    result = {**finals, "seconds": time.perf_counter() - started, "provenance": {**made, "platform": kernels_in_use()}}
+    result = {
+        **finals,
+        "seconds": time.perf_counter() - started,
+        "target": target,  # what `final_values` measured held-out success on: `verify` reruns it so
+        "provenance": {**made, "platform": kernels_in_use()},
+    }
     path = Path(config["output_dir"]) / FINAL
     (path.parent / "run_config.json").write_text(json.dumps(config, sort_keys=True))
     tmp = path.with_suffix(".tmp")
@@ -217,13 +224,19 @@ def run_configs(todo: list[dict[str, Any]], base: DemoSettings, *, jobs: int = 2
         tqdm(total=len(todo), desc="study", unit="run", disable=not progress) as bar,
         portable_pool(jobs) as pool,  # the same numbers on any CPU (baselines.training.portable)
     ):
-        pending = {pool.submit(_run, config, tail, base.target, made) for config in todo}
+        pending = {pool.submit(_run, config, tail, run_target(config, base), made) for config in todo}
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 future.result()
                 bar.update(1)
     return len(todo)
+
+
+def run_target(config: dict[str, Any], base: DemoSettings) -> str | None:
+    """The held-out target of a run: the first of its evaluation simulators where the study has a
+    target (testbeds of one study may name theirs differently), else None (the panel is the target)."""
+    return config["eval_simulators"][0] if base.target else None
 
 
 def load_finals(out: Path, cell: Cell, arm: str, seeds: tuple[int, ...]) -> list[dict[str, Any]]:
@@ -467,14 +480,13 @@ def follow_up_lines(out: Path) -> tuple[list[str], dict[str, Any]]:
 
 def write_record(out: Path, path: Path, target: str | None = None) -> int:
     """One line per finished run: its cell, arm, seed, trainer config, outcomes and provenance
-    (`target`: the held-out target, the first of the config's evaluation simulators)."""
-    target = target if target is not None else DemoSettings().target
+    (`target`: the held-out target; by default each run's own, the first of its evaluation simulators)."""
     lines = []
     for final in sorted(out.glob(f"*/runs/*/{FINAL}")):
         arm, seed = final.parent.name.rsplit("-seed", 1)
         result = json.loads(final.read_text())
         config = json.loads((final.parent / "run_config.json").read_text())
-        outcome = {k: v for k, v in result.items() if k not in ("seconds", "provenance")}
+        outcome = {k: v for k, v in result.items() if k not in NOT_OUTCOMES}
         lines.append(
             json.dumps(
                 {
@@ -482,7 +494,7 @@ def write_record(out: Path, path: Path, target: str | None = None) -> int:
                     "arm": arm,
                     "seed": int(seed),
                     "config": config,
-                    "target": target,
+                    "target": target if target is not None else result.get("target", _target_of(config)),
                     "outcome": outcome,
                     "provenance": result["provenance"],
                 },
@@ -494,6 +506,12 @@ def write_record(out: Path, path: Path, target: str | None = None) -> int:
         raise SystemExit(f"the runs under {out} come from {len(commits)} commits: a record holds one")
     path.write_text("\n".join(lines) + "\n")
     return len(lines)
+
+
+def _target_of(config: dict[str, Any]) -> str | None:
+    """The held-out target of a run recorded before runs stated theirs: the first of its evaluation
+    simulators (the default study's target where a config names none)."""
+    return config.get("eval_simulators", [DemoSettings().target])[0]
 
 
 def rerun(config: dict[str, Any], target: str | None) -> dict[str, Any]:
@@ -508,7 +526,7 @@ def rerun_here(config: dict[str, Any], target: str | None) -> tuple[dict[str, An
     with tempfile.TemporaryDirectory() as scratch, portable_pool(1) as pool:
         config = {**config, "output_dir": str(Path(scratch) / "run")}
         result = pool.submit(_run, config, max(config["steps"] // 10, 1), target, provenance()).result()
-    return {k: v for k, v in result.items() if k not in ("seconds", "provenance")}, result["provenance"]
+    return {k: v for k, v in result.items() if k not in NOT_OUTCOMES}, result["provenance"]
 
 
 # The project's top-level packages: a rerun at a commit takes them from that commit's tree only.

@@ -61,8 +61,15 @@ class ActPolicy:
 
     def act(self, features: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Sampled acts for a batch and their log-probabilities."""
+        return sample_rows(self._log_distribution(features, mask), rng)
+
+    def act_distribution(self, features: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """The probabilities `act` draws each allowed act with, `[N, acts]` (0 where not allowed)."""
+        return np.exp(self._log_distribution(features, mask))
+
+    def _log_distribution(self, features: np.ndarray, mask: np.ndarray) -> np.ndarray:
         weights = self.model.weight.detach().cpu().numpy()
-        return sample_rows(log_softmax(features @ weights.T / self.temperature, mask), rng)
+        return log_softmax(features @ weights.T / self.temperature, mask)
 
     def sequence_logprobs(self, samples: Sequence[ActSample]) -> tuple[Any, Any, Any]:
         """`[batch, turns]` log-probs of the acts taken, the mask of real turns, and the entropies."""

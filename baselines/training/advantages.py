@@ -41,6 +41,34 @@ class RunningBaseline:
         return rewards - baseline
 
 
+@dataclass
+class StepBaseline(RunningBaseline):
+    """RAE whose baseline holds still within a training step: every group of a step is compared
+    with the value the baseline of its key had when the step began (in the first step, the first
+    group's mean), so a step's advantages order its groups exactly as their rewards, and equal
+    rewards get equal advantages, whatever order the groups are visited in. `end_step()` folds the
+    step's group means in, in order, with the same decay as `RunningBaseline`; call it after each
+    step's updates (before a checkpoint saves `values`)."""
+
+    _start: dict[Hashable, float] = field(default_factory=dict)
+    _means: dict[Hashable, list[float]] = field(default_factory=dict)
+
+    def advantages(self, rewards: np.ndarray, key: Hashable) -> np.ndarray:
+        rewards = np.asarray(rewards, dtype=float)
+        baseline = self._start.setdefault(key, self.values.get(key, float(rewards.mean())))
+        self._means.setdefault(key, []).append(float(rewards.mean()))
+        return rewards - baseline
+
+    def end_step(self) -> None:
+        for key, means in self._means.items():
+            value = self._start[key]
+            for mean in means:
+                value = self.decay * value + (1 - self.decay) * mean
+            self.values[key] = value
+        self._start.clear()
+        self._means.clear()
+
+
 def group_advantages(
     rewards: np.ndarray,
     estimator: str,
@@ -65,6 +93,7 @@ def group_advantages(
 def curriculum_reward(agent_rewards: np.ndarray, target: float = 0.25, width: float = 0.02) -> float:
     """exp(-(Var_group(r_agent) - target)^2 / width): highest when the agent's group reward
     variance is at its maximum for rewards in [0, 1] (0.25), i.e. the simulator is neither too
-    easy nor too hard for the agent."""
+    easy nor too hard for the agent. One number per group; co-training subtracts the tool-error
+    penalty per episode (`baselines.training.methods.cotrain`)."""
     variance = float(np.var(np.asarray(agent_rewards, dtype=float)))
     return float(np.exp(-((variance - target) ** 2) / width))

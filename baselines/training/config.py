@@ -20,7 +20,9 @@ from baselines.training.policy import language_model_of
 from baselines.training.rollouts import DEFAULT_ROLLOUT, ROLLOUTS
 from baselines.training.secrets import redacted, without_redacted
 from scope_envs.core.errors import UsageError
+from sims.opponents import POOL_DRAWS
 from sims.pool import SAMPLING
+from sims.verbalized import DRAWS as VS_DRAWS
 
 DTYPES = ("float32", "bfloat16")
 SIMULATOR_REWARDS = ("adversarial", "cooperative", "curriculum")
@@ -58,17 +60,25 @@ class TrainConfig:
     method: str = "single"
     simulators: list[str] = field(default_factory=lambda: ["scripted"])
     vs_k: int = 5
+    # Verbalized Sampling's draw among the k candidates: uniform ("random", the paper's main runs) or by
+    # their verbalized probabilities ("prob", its ablation)
     vs_draw: str = "random"
     # co-training: the simulator is a trainable policy too (methods cotrain, curriculum, population)
     simulator_policy: str | None = None  # its initial checkpoint; by default the same as `policy`
     simulator_lr: float | None = None  # by default `lr`
     simulator_kl_coef: float = 0.0
     simulator_reward: str = "adversarial"  # adversarial (1 - r), cooperative (r), curriculum
-    tool_error_penalty: float = 0.1  # per tool error, subtracted from the curriculum reward
+    # subtracted once from the curriculum reward of an episode in which the simulator made a tool error
+    tool_error_penalty: float = 0.1
     pool_every: int = 16  # population: snapshot the simulator every N steps
     pool_size: int = 10
     pool_sampling: str = "uniform"  # see POOL_SAMPLING
-    live_min_share: float = 0.25  # population: at least this share of each step's groups go to the live simulator
+    # population: "batch", one member (uniform over the snapshots and the live simulator) plays every group of
+    # a step, as the paper draws one per rollout batch; "group", one drawn per group
+    pool_draw: str = "batch"
+    # population, optional (the paper has none): at least this share of each step's groups go to the live
+    # simulator, the only member that learns
+    live_min_share: float = 0.0
     # rollouts
     steps: int = 10
     groups_per_step: int = 4
@@ -167,6 +177,10 @@ class TrainConfig:
             problems.append(f"simulator_reward must be one of {SIMULATOR_REWARDS}, got {self.simulator_reward!r}")
         if self.pool_sampling not in POOL_SAMPLING:
             problems.append(f"pool_sampling must be one of {POOL_SAMPLING}, got {self.pool_sampling!r}")
+        if self.pool_draw not in POOL_DRAWS:
+            problems.append(f"pool_draw must be one of {POOL_DRAWS}, got {self.pool_draw!r}")
+        if self.vs_draw not in VS_DRAWS:
+            problems.append(f"vs_draw must be one of {VS_DRAWS}, got {self.vs_draw!r}")
         for name in (
             "steps",
             "groups_per_step",
@@ -274,12 +288,17 @@ RESUMABLE_CHANGES = (
 )
 
 
+# What a run saved before a key existed computed with, where that differs from the key's default now:
+# pool members were drawn per group before `pool_draw` (whose default is now the paper's per batch).
+BEFORE_THE_KEY: dict[str, Any] = {"pool_draw": "group"}
+
+
 def resume_changes(recorded: dict[str, Any], config: TrainConfig) -> dict[str, tuple[Any, Any]]:
     """The keys outside `RESUMABLE_CHANGES` whose value in `config` differs from `recorded` (the
     saved config of the run's steps so far), as (recorded, new). Credentials are left out of both:
     a key given again, or now taken from the environment, changes nothing. A key `recorded` lacks
-    (saved before the key existed) ran with its default."""
-    defaults = saved_values(TrainConfig())
+    (saved before the key existed) ran as the code did then: `BEFORE_THE_KEY`, else its default."""
+    defaults = {**saved_values(TrainConfig()), **BEFORE_THE_KEY}
     old = without_redacted({**defaults, **{key: value for key, value in recorded.items() if key in FIELDS}})
     new = without_redacted(saved_values(config))
     return {

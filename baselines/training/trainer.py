@@ -296,7 +296,9 @@ class Trainer:
             )
             for episode, advantage in zip(members, values):
                 rows.extend((sample, float(advantage)) for sample in episode.samples.get(learner.side, []))
-        summary: dict[str, float] = {"reward_trained": float(np.mean(rewards_seen)) if rewards_seen else float("nan")}
+        # a learner that played no group this step (a population's live simulator while a snapshot
+        # plays the batch) trained on nothing: no reward to report, rather than a NaN in the log
+        summary: dict[str, float] = {"reward_trained": float(np.mean(rewards_seen))} if rewards_seen else {}
         summary["zero_variance_groups"] = zero_variance / max(len(groups) - dropped_groups, 1)
         summary["dropped_groups"] = dropped_groups
         if not rows:

@@ -32,3 +32,15 @@ def jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return jsonable(dataclasses.asdict(value))
     raise TypeError(f"{type(value).__name__} is not JSON-serialisable: {value!r:.80}")
+
+
+def finite_or_null(value: Any) -> Any:
+    """`value` (plain JSON values, nested) with each NaN or infinity as None: strict JSON, which
+    `json.dumps(..., allow_nan=False)` writes and every reader parses."""
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(item) for item in value]
+    return value

@@ -5,8 +5,9 @@ around it, and the trainer's rollouts step thousands of episodes at once. An exc
 persuader's act and, unless it closed the conversation, the persuadee's reply. An episode ends
 (terminated) when the persuadee states an amount or the persuader closes, and is truncated after
 `exchanges` exchanges. The persuader's reward is the stated amount / $2, as in the text env.
-Version 1's `Rules` add what the corpus shows a refusal does: a refused request ends the episode,
-and a persuadee answers at most `max_requests` requests (one more ends it).
+Version 1's `Rules` (and version 2's, the mechanism testbed's) add what the corpus shows a refusal
+does: a refused request ends the episode, and a persuadee answers at most `max_requests` requests
+(one more ends it); both versions' persuadees reply on `USER_FEATURES_V1`.
 """
 
 from __future__ import annotations

@@ -15,7 +15,10 @@ read from `env.chat_infos` either way. The defaults are those of every way of ma
 views. The dynamics are `ActsBatch`'s, for a batch of one.
 
 `version=1` (`scope/PersuasionActs-v1`) is the corpus-fitted persuadee population with its refusal
-rules (`scope_envs.persuasion_acts.population`); version 0 stays for old results.
+rules (`scope_envs.persuasion_acts.population`); version 0 stays for old results. `version=2`
+(`scope/PersuasionActsPlanted-v0`) is the mechanism testbed: version 1's rules and features with a
+persuadee population planted in code (`scope_envs.persuasion_acts.planted`), a mechanism test and
+not a claim about P4G.
 """
 
 from __future__ import annotations
@@ -52,13 +55,17 @@ from scope_envs.persuasion_acts.model import (
     USER_FEATURES,
     load_reference,
 )
-from scope_envs.persuasion_acts.population import USER_FEATURES_V1, load_population
+from scope_envs.persuasion_acts.planted import population_for
+from scope_envs.persuasion_acts.population import USER_FEATURES_V1
 from scope_envs.persuasion_acts.spaces import assemble, check_options, observation_space
 
 PERSONAS_PER_SPLIT = {"train": 1000, "test": 200}
 ACTS = {AGENT: PERSUADER_ACTS, USER: PERSUADEE_ACTS}
-VERSIONS = (0, 1)
-SCRIPTED_PERSUADEE_V1 = "scope_envs.persuasion_acts.mixture:MixtureFamily"  # no arguments: the population
+VERSIONS = (0, 1, 2)
+SCRIPTED_PERSUADEES = {  # the population of versions 1 and 2, built with no arguments
+    1: "scope_envs.persuasion_acts.mixture:MixtureFamily",
+    2: "scope_envs.persuasion_acts.mixture:planted_persuadee",
+}
 _PERSONA_LINE = re.compile(r"^Persona \(Big Five, z-scores\): (.*)$", re.MULTILINE)
 _TEMPERAMENT_LINE = re.compile(r"^Temperament \(quantile\): ([0-9.]+)$", re.MULTILINE)
 
@@ -68,7 +75,7 @@ def rules_of(version: int) -> Rules:
         raise ValueError(f"PersuasionActs version must be one of {VERSIONS}, got {version!r}")
     if version == 0:
         return V0
-    return Rules(version=1, refusal_ends=True, max_requests=load_population().max_requests)
+    return Rules(version=version, refusal_ends=True, max_requests=population_for(version).max_requests)
 
 
 def persona_line(persona: np.ndarray) -> str:
@@ -125,7 +132,7 @@ class PersuasionActsEnv(DialogueEnv):
     """See the module docstring and docs/envs/persuasion_acts.md."""
 
     metadata = {**DialogueEnv.metadata, "name": "persuasion_acts_v0"}  # noqa: RUF012
-    scripted_policies = {  # noqa: RUF012  (version 0's; version 1's persuadee is its own, see __init__)
+    scripted_policies = {  # noqa: RUF012  (version 0's; later versions' persuadee is their population, see __init__)
         "user": "scope_envs.persuasion_acts.simulators:ActFamily",
         "agent": "scope_envs.persuasion_acts.simulators:ScriptedPersuader",
     }
@@ -154,10 +161,10 @@ class PersuasionActsEnv(DialogueEnv):
         self.user_reward = user_reward
         self.obs, self.mask_in_obs, self.info_mode = obs, bool(action_mask), info
         self.version = version
-        if version > 0:  # the fitted population, not a version-0 family that cannot read its persona
-            self.scripted_policies = {**self.scripted_policies, "user": SCRIPTED_PERSUADEE_V1}
+        if version > 0:  # the population, not a version-0 family that cannot read its persona
+            self.scripted_policies = {**self.scripted_policies, "user": SCRIPTED_PERSUADEES[version]}
         self.metadata = {**self.metadata, "name": f"persuasion_acts_v{version}"}
-        self.reference = load_reference() if version == 0 else load_population()
+        self.reference = load_reference() if version == 0 else population_for(version)
         self.personas = {split: self.reference.personas(split, n) for split, n in PERSONAS_PER_SPLIT.items()}
         width = {AGENT: len(AGENT_FEATURES), USER: len(USER_FEATURES if version == 0 else USER_FEATURES_V1)}
         self.observation_spaces = {

@@ -1,16 +1,18 @@
 """Simulators of the act-level persuasion testbed: parametric families and their Verbalized Sampling.
 
 `ActFamily(family, gamma)` is one simulator family (see `scope_envs.persuasion_acts.model`):
-plain sampling draws the persuadee's reply from `p_ref ** gamma`. `ActFamily.verbalized(k)` is
-Verbalized Sampling on it: the sharpened model lists `k` distinct candidate replies (drawn
+plain sampling draws the persuadee's reply from `p_ref ** gamma`. `ActFamily.verbalized(k, draw)`
+is Verbalized Sampling on it: the sharpened model lists `k` distinct candidate replies (drawn
 without replacement from `p_ref ** gamma`, so its modes come first) and verbalizes their
-probabilities under its reference behaviour, from which one is drawn. With `k` as large as the
-reply set this recovers `p_ref` exactly; with small `k` it keeps the reference weights of the
-replies it lists. Both are vectorized (`act`) for the trainer's batched rollouts and are plain
-simulators (`respond`) for the env's views, reading the state back from the text of the view.
+probabilities under its reference behaviour; one is drawn uniformly among them (`draw="random"`,
+the paper's main runs and the default) or in proportion to those probabilities (`draw="prob"`, its
+ablation: with `k` as large as the reply set it recovers `p_ref` exactly). Both are vectorized
+(`act`) for the trainer's batched rollouts and are plain simulators (`respond`) for the env's
+views, reading the state back from the text of the view.
 
-Spec strings: `family:3` (gamma 1), `family:3@2.5` (gamma 2.5), `family:3@2.5/vs5` (with VS, k 5),
-`family:3/spread0.5` (families half as far from the shared reference as by default).
+Spec strings: `family:3` (gamma 1), `family:3@2.5` (gamma 2.5), `family:3@2.5/vs5` (with VS, k 5, the
+random draw), `family:3@2.5/vs5prob` (the draw by verbalized probability), `family:3/spread0.5`
+(families half as far from the shared reference as by default).
 """
 
 from __future__ import annotations
@@ -26,22 +28,25 @@ from scope_envs.persuasion_acts.acts import CLOSING, PERSUADEE_ACTS, PERSUADER_A
 from scope_envs.persuasion_acts.env import replay
 from scope_envs.persuasion_acts.model import AGENT_FEATURES, HORIZON, load_reference
 
+VS_DRAWS = ("random", "prob")  # uniform over the listed candidates, or by their verbalized probabilities
+
 
 class ActFamily(ScriptedSimulator):
     """A persuadee simulator family with reference weights `W_f` and alignment sharpening `gamma`."""
 
-    def __init__(self, family: int = 0, gamma: float = 1.0, *, spread: float = 1.0, k: int | None = None) -> None:
+    def __init__(
+        self, family: int = 0, gamma: float = 1.0, *, spread: float = 1.0, k: int | None = None, draw: str = "random"
+    ) -> None:
         if gamma <= 0:
             raise ValueError("gamma must be positive")
-        if k is not None and k < 1:
-            raise ValueError("Verbalized Sampling needs k >= 1 candidates")
-        self.family, self.gamma, self.spread, self.k = int(family), float(gamma), float(spread), k
+        check_verbalized(k, draw)
+        self.family, self.gamma, self.spread, self.k, self.draw = int(family), float(gamma), float(spread), k, draw
         self.weights = load_reference().family_weights(self.family, self.spread)
-        self.name = f"family:{self.family}@{self.gamma:g}" + (f"/vs{k}" if k else "")
+        self.name = f"family:{self.family}@{self.gamma:g}" + verbalized_option(k, draw)
         self.name += f"/spread{self.spread:g}" if self.spread != 1.0 else ""
 
-    def verbalized(self, k: int) -> ActFamily:
-        return ActFamily(self.family, self.gamma, spread=self.spread, k=k)
+    def verbalized(self, k: int, draw: str = "random") -> ActFamily:
+        return ActFamily(self.family, self.gamma, spread=self.spread, k=k, draw=draw)
 
     def linear_weights(self) -> np.ndarray:
         """`W` such that plain sampling draws from `softmax(W x)` over the allowed replies: a linear
@@ -55,13 +60,14 @@ class ActFamily(ScriptedSimulator):
         return log_softmax(features @ self.weights.T, mask)
 
     def distribution(self, features: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """The probabilities plain sampling draws from: `p_ref ** gamma`, normalised."""
-        return np.exp(log_softmax(self.gamma * self.log_reference(features, mask), mask))
+        """The probabilities its replies are drawn with (`reply_probabilities`): for plain sampling
+        `p_ref ** gamma`, normalised."""
+        return reply_probabilities(self.log_reference(features, mask), mask, self.gamma, self.k, draw=self.draw)
 
     def act(self, features: np.ndarray, mask: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Replies for a batch and their log-probabilities: under `p_ref ** gamma` for plain
         sampling; with Verbalized Sampling, of the final draw given the listed candidates."""
-        return draw_reply(self.log_reference(features, mask), mask, self.gamma, self.k, rng)
+        return draw_reply(self.log_reference(features, mask), mask, self.gamma, self.k, rng, draw=self.draw)
 
     def reply(self, messages: list[Message], tools: list[dict[str, Any]], rng: np.random.Generator) -> str:
         batch = replay(messages, "user")
@@ -69,13 +75,34 @@ class ActFamily(ScriptedSimulator):
         return act_text(PERSUADEE_ACTS, int(self.act(features, mask, rng)[0][0]))
 
 
+def check_verbalized(k: int | None, draw: str) -> None:
+    if k is not None and k < 1:
+        raise ValueError("Verbalized Sampling needs k >= 1 candidates")
+    if draw not in VS_DRAWS:
+        raise ValueError(f"draw must be one of {VS_DRAWS}, got {draw!r}")
+
+
+def verbalized_option(k: int | None, draw: str) -> str:
+    """The `/vsK` (random draw) or `/vsKprob` option of a simulator's name; empty without VS."""
+    if k is None:
+        return ""
+    return f"/vs{k}" + ("prob" if draw == "prob" else "")
+
+
 def draw_reply(
-    log_ref: np.ndarray, mask: np.ndarray, gamma: float, k: int | None, rng: np.random.Generator
+    log_ref: np.ndarray,
+    mask: np.ndarray,
+    gamma: float,
+    k: int | None,
+    rng: np.random.Generator,
+    *,
+    draw: str = "random",
 ) -> tuple[np.ndarray, np.ndarray]:
     """A simulator's replies and their log-probabilities, given its reference `log_ref`: plain
     sampling draws from `p_ref ** gamma`; Verbalized Sampling (`k`) lists `k` distinct candidates
-    drawn without replacement from `p_ref ** gamma` (Gumbel top-k) and draws one of them in
-    proportion to the reference probabilities it verbalizes for them."""
+    drawn without replacement from `p_ref ** gamma` (Gumbel top-k) and draws one of them uniformly
+    (`draw="random"`) or in proportion to the reference probabilities it verbalizes for them
+    (`draw="prob"`); the log-probability is then the final draw's, given the listed candidates."""
     sharpened = log_softmax(gamma * log_ref, mask)
     if k is None:
         return sample_rows(sharpened, rng)
@@ -84,7 +111,44 @@ def draw_reply(
     listed = np.zeros_like(mask)
     np.put_along_axis(listed, candidates, True, axis=1)
     listed &= mask
-    return sample_rows(log_softmax(log_ref, listed), rng)
+    weights = log_ref if draw == "prob" else np.zeros_like(log_ref)
+    return sample_rows(log_softmax(weights, listed), rng)
+
+
+def reply_probabilities(
+    log_ref: np.ndarray, mask: np.ndarray, gamma: float, k: int | None, *, draw: str = "random"
+) -> np.ndarray:
+    """`[N, replies]`: exactly the probabilities with which `draw_reply` replies. Verbalized
+    Sampling's are summed over every candidate list: the probability of each set of listed
+    candidates (a Plackett-Luce draw without replacement from `p_ref ** gamma`, by dynamic
+    programming over subsets of the replies), times the final draw's probability within it."""
+    sharpened = log_softmax(gamma * log_ref, mask)
+    if k is None:
+        return np.exp(sharpened)
+    states, replies = mask.shape
+    listed = np.minimum(k, mask.sum(axis=1))  # how many candidates each row lists
+    subsets = 1 << replies
+    members = (np.arange(subsets)[:, None] >> np.arange(replies)) & 1 == 1  # [subset, reply]
+    size = members.sum(axis=1)
+    weights = np.where(mask, sharpened, -np.inf)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # log of the sharpened mass outside each subset: what the next candidate is drawn from
+        outside = np.logaddexp.reduce(np.where(members[None], -np.inf, weights[:, None, :]), axis=2)
+        log_listing = np.full((states, subsets), -np.inf)
+        log_listing[:, 0] = 0.0
+        for subset in np.flatnonzero(size < listed.max()):  # in increasing order: a subset before its supersets
+            growing = size[subset] < listed
+            for reply in np.flatnonzero(~members[subset]):
+                step = log_listing[:, subset] + weights[:, reply] - outside[:, subset]
+                step = np.where(growing & np.isfinite(weights[:, reply]), step, -np.inf)
+                log_listing[:, subset | 1 << reply] = np.logaddexp(log_listing[:, subset | 1 << reply], step)
+    final = np.where(size[None] == listed[:, None], np.exp(log_listing), 0.0)  # [N, subset]
+    if draw == "random":
+        within = members[None].astype(float) / listed[:, None, None]
+    else:
+        reference = np.exp(log_softmax(log_ref, mask))[:, None, :] * members[None]
+        within = reference / np.maximum(reference.sum(axis=2, keepdims=True), 1e-300)
+    return np.einsum("ns,nsr->nr", final, within)
 
 
 class ScriptedPersuader(ScriptedSimulator):
@@ -114,12 +178,14 @@ class ScriptedPersuader(ScriptedSimulator):
 
 
 def parse_family_spec(spec: str, **kwargs: Any) -> tuple[str, float, dict[str, Any]]:
-    """`"3@2.5/vs5/spread0.5"` -> `("3", 2.5, {"k": 5, "spread": 0.5})`: family, gamma, options."""
+    """`"3@2.5/vs5/spread0.5"` -> `("3", 2.5, {"k": 5, "draw": "random", "spread": 0.5})`: family,
+    gamma, options; `/vs5prob` draws by the verbalized probabilities (`"draw": "prob"`)."""
     head, *options = spec.split("/")
     family, _, gamma = head.partition("@")
     for option in options:
         if option.startswith("vs"):
-            kwargs["k"] = int(option[2:])
+            count = option[2:].removesuffix("prob")
+            kwargs["k"], kwargs["draw"] = int(count), "prob" if option.endswith("prob") else "random"
         elif option.startswith("spread"):
             kwargs["spread"] = float(option[6:])
         else:
@@ -128,9 +194,12 @@ def parse_family_spec(spec: str, **kwargs: Any) -> tuple[str, float, dict[str, A
 
 
 def make_family(spec: str, **kwargs: Any) -> ActFamily:
-    """`"3"`, `"3@2.5"`, `"3@2.5/vs5"`, `"3/spread0.5"`: family, gamma, Verbalized Sampling's k, spread."""
+    """`"3"`, `"3@2.5"`, `"3@2.5/vs5"`, `"3@2.5/vs5prob"`, `"3/spread0.5"`: family, gamma, Verbalized
+    Sampling's k (and its draw), spread."""
     try:
         family, gamma, options = parse_family_spec(spec, **kwargs)
         return ActFamily(int(family), gamma, **options)
     except ValueError as error:
-        raise ValueError(f"bad family spec {spec!r}: use family:ID[@GAMMA][/vsK][/spreadS] ({error})") from error
+        raise ValueError(
+            f"bad family spec {spec!r}: use family:ID[@GAMMA][/vsK|/vsKprob][/spreadS] ({error})"
+        ) from error

@@ -43,7 +43,7 @@ class PersuasionActsVectorEnv(VectorEnv):
         env: str = ENTRY_POINT,
         **env_kwargs: Any,
     ) -> None:
-        defaults = {} if env == ENTRY_POINT else find_env(env).kwargs  # a registered version's (v1: version=1)
+        defaults = {} if env == ENTRY_POINT else find_env(env).kwargs  # a registered version's (version 1 or 2)
         if env != ENTRY_POINT and find_env(env).entry_point != ENTRY_POINT:
             raise ValueError(f"PersuasionActsVectorEnv batches {ENTRY_POINT}, not {env!r}")
         if obs != "features":

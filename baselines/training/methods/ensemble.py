@@ -1,4 +1,5 @@
-"""`ensemble`: one side trains against fixed simulators, one per group, round-robin."""
+"""`ensemble`: one side trains against fixed simulators, one per group, round-robin over the run's
+groups (`sims.opponents.Ensemble`), so each plays its share of the run whatever `groups_per_step` is."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ class EnsembleMethod(Method):
         return [make_policy(spec, env=trainer.probe, side=self.partner_side) for spec in self.config.simulators]
 
     def opponents(self, trainer: Any) -> Ensemble:
-        return Ensemble(self.partners(trainer), mode="round_robin")
+        config = self.config
+        return Ensemble(self.partners(trainer), mode="round_robin", seed=config.seed, groups=config.groups_per_step)
 
     def opponent_spec(self, label: str) -> str:
         """`simulatorN` is the N-th of `config.simulators`."""
@@ -24,3 +26,11 @@ class EnsembleMethod(Method):
         if match is None or int(match.group(1)) >= len(simulators):
             return label
         return simulators[int(match.group(1))]
+
+    def step_metrics(self, trainer: Any, step: int, labels: list[str], episodes: list[Any]) -> dict[str, float]:
+        """`groups/simulatorN`: the groups each member played this step (0 included), whose sums over
+        a run's metrics lines are each member's share of it."""
+        return {
+            f"groups/simulator{index}": labels.count(f"simulator{index}")
+            for index in range(len(self.config.simulators))
+        }

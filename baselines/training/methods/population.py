@@ -1,9 +1,13 @@
 """`population`: co-training whose groups are played by the live simulator or one of its recent
-snapshots, drawn per group from a FIFO checkpoint pool (`sim_pool/` of the run folder)."""
+snapshots, drawn from a FIFO checkpoint pool (`sim_pool/` of the run folder): by default one member
+per step, uniform over the snapshots and the live simulator, plays every group of it (`pool_draw:
+batch`, as the paper draws one per rollout batch), or one per group (`pool_draw: group`)."""
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +17,38 @@ from baselines.training.methods.base import MemoryTerms
 from baselines.training.methods.cotrain import CoTrain
 from baselines.training.run import POOL_FOLDER, RunError
 from scope_envs.core.dialogue import AGENT, USER
+from scope_envs.core.rollout import ActSample
 from sims.opponents import LIVE, Population
 from sims.pool import CheckpointPool
+
+PROBE_STATES = 256  # at most this many of a step's simulator turns probe the pool's diversity
+
+
+def probe_states(episodes: Sequence[Any], side: str = USER, limit: int = PROBE_STATES) -> tuple[np.ndarray, np.ndarray]:
+    """The features and allowed acts of `side`'s act-level turns (`ActSample`s) in `episodes`, `[N, ...]`:
+    all of them, or `limit` evenly spaced in their order (the same for the same episodes)."""
+    features, allowed = [], []
+    for episode in episodes:
+        for sample in episode.samples.get(side, []):
+            if isinstance(sample, ActSample):
+                features.append(sample.features)
+                allowed.append(sample.allowed)
+    if not features:
+        return np.zeros((0, 0)), np.zeros((0, 0), bool)
+    features_all, allowed_all = np.concatenate(features), np.concatenate(allowed)
+    if len(features_all) > limit:
+        chosen = np.linspace(0, len(features_all) - 1, limit).astype(int)
+        features_all, allowed_all = features_all[chosen], allowed_all[chosen]
+    return features_all, allowed_all
+
+
+def reply_diversity(policies: Sequence[Any], features: np.ndarray, mask: np.ndarray) -> float:
+    """The mean pairwise total-variation distance between the reply distributions of `policies`
+    (each with `act_distribution(features, mask)`), averaged over the states: 0 when they all
+    reply alike (or there is only one), 1 when no two ever give the same reply."""
+    distributions = [np.asarray(policy.act_distribution(features, mask)) for policy in policies]
+    distances = [0.5 * np.abs(a - b).sum(axis=1).mean() for a, b in itertools.combinations(distributions, 2)]
+    return float(np.mean(distances)) if distances else 0.0
 
 
 class PopulationCoTrain(CoTrain):
@@ -25,10 +59,12 @@ class PopulationCoTrain(CoTrain):
         return MemoryTerms(super().memory().models, resident_snapshots=min(config.pool_size, config.groups_per_step))
 
     def start(self, trainer: Any) -> None:
+        super().start(trainer)
         self._make_pool(trainer)
 
     def _make_pool(self, trainer: Any) -> None:
         config = self.config
+        self._probe_members: dict[str, Any] = {}  # snapshots loaded for `pool/diversity`, by member id
         self.pool = CheckpointPool(
             trainer.output / POOL_FOLDER,
             max_size=config.pool_size,
@@ -49,6 +85,7 @@ class PopulationCoTrain(CoTrain):
             seed=config.seed,
             min_live_share=config.live_min_share,
             groups=config.groups_per_step,
+            draw=config.pool_draw,
         )
 
     def _load_snapshot(self, trainer: Any, directory: Path) -> Any:
@@ -87,6 +124,11 @@ class PopulationCoTrain(CoTrain):
         self.pool.refresh()
 
     def step_metrics(self, trainer: Any, step: int, labels: list[str], episodes: list[Any]) -> dict[str, float]:
+        """The agent's reward against each member played, the live simulator's share of the groups,
+        the pool's size (snapshots) and mean age, and `pool/diversity`: `reply_diversity` of the
+        snapshots and the live simulator on the simulator turns of this step's episodes
+        (`probe_states`). Only where every member gives its reply distribution (act-level
+        policies, `act_distribution`): for language models it is not logged."""
         record: dict[str, float] = {}
         for label in sorted(set(labels)):
             played = [e.rewards[AGENT] for e in episodes if labels[e.group] == label]
@@ -94,10 +136,34 @@ class PopulationCoTrain(CoTrain):
         record["pool/live_share"] = labels.count(LIVE) / len(labels)
         record["pool/size"] = len(self.pool.members)
         record["pool/age_mean"] = float(np.mean(self.pool.ages(step + 1)))
+        diversity = self._diversity(trainer, episodes)
+        if diversity is not None:
+            record["pool/diversity"] = diversity
         self.pool.release()
         return record
 
+    def _diversity(self, trainer: Any, episodes: list[Any]) -> float | None:
+        live = trainer.learners[USER].policy
+        if not hasattr(live, "act_distribution"):  # a language model: its snapshots are never loaded for this
+            return None
+        features, mask = probe_states(episodes)
+        if not len(features):
+            return None
+        # A snapshot never changes once written: each is loaded once for this, and kept while in the
+        # pool. A damaged one is left out here; the run stops on it when it is drawn to play.
+        kept = self._probe_members
+        self._probe_members = {
+            member.id: kept[member.id] if member.id in kept else self.pool.load(member)
+            for member in self.pool.members
+            if member.id in kept or self.pool.damage(member) is None
+        }
+        members = list(self._probe_members.values())
+        if not all(hasattr(member, "act_distribution") for member in members):
+            return None
+        return reply_diversity([*members, live], features, mask)
+
     def after_step(self, trainer: Any, step: int) -> None:
+        super().after_step(trainer, step)
         if step % self.config.pool_every != 0:
             return
         if trainer.writer:
