@@ -98,3 +98,32 @@ def test_the_registered_env_is_labelled_and_plays_to_the_end_with_its_defaults()
         if terminated or truncated:
             break
     assert (terminated or truncated) and np.isfinite(reward)
+
+
+def test_a_co_trained_simulator_starts_as_every_type_of_its_family(tmp_path):
+    """Started from a family of the planted population, the trainable simulator is that family
+    exactly, the minority type included (not its modal type alone), and saves and loads as such."""
+    from baselines.training.act_policy import build_act_policy
+    from scope_envs.persuasion_acts.probes import user_states
+
+    env = find_env("PersuasionActsPlanted").make()
+    features, mask = user_states(env, 300)
+    family = make_policy("planted:4001/spread0.25", env=env, side="user")
+    policy = build_act_policy("planted:4001/spread0.25", env=env, side="user", temperature=1.0)
+    np.testing.assert_allclose(policy.act_distribution(features, mask), family.distribution(features, mask), atol=1e-12)
+    modal_only = build_act_policy("linear", env=env, side="user", temperature=1.0)
+    modal_only.model.weight.data[:] = torch_tensor(family.linear_weights())
+    assert (
+        np.abs(modal_only.act_distribution(features, mask) - family.distribution(features, mask)).sum(1).mean() > 0.05
+    )
+    policy.save(tmp_path)
+    again = build_act_policy("planted:4001/spread0.25", env=env, side="user", temperature=1.0)
+    again.model.weight.data.zero_()
+    again.load_weights(tmp_path)
+    np.testing.assert_array_equal(again.act_distribution(features, mask), policy.act_distribution(features, mask))
+
+
+def torch_tensor(array):
+    import torch
+
+    return torch.tensor(array)

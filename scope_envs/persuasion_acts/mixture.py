@@ -89,6 +89,16 @@ class MixtureFamily(ScriptedSimulator):
         types = self.types_of(features, verbalized=self.k is not None)
         return draw_reply(self.log_reference(features, mask, types), mask, self.gamma, self.k, rng, draw=self.draw)
 
+    def typed_linear_weights(self) -> tuple[np.ndarray, Any] | None:
+        """A typed linear policy's start for co-training: each type's weights, sharpened (`gamma * W`),
+        and how a row's type is read (this family's `types_of`), which is exactly this simulator's
+        plain sampling; None where the population has one type (`linear_weights` is then exact)."""
+        if self.k is not None:
+            raise ValueError(f"{self.name}: Verbalized Sampling is not a linear policy; drop the /vs option")
+        if len(self.prior) == 1:
+            return None
+        return self.gamma * self.weights, self.types_of
+
     def linear_weights(self) -> np.ndarray:
         """A linear policy's start for co-training: the modal type's weights, sharpened (`gamma * W`),
         which is this simulator wherever its sharpened prior puts the persuadee in the modal type."""
