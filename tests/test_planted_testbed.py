@@ -25,8 +25,9 @@ from scope_envs.persuasion_acts.population import (
 )
 
 # The smallest loss of the majority's best persuader against the population that makes the testbed
-# a test of collapse; the pre-registration fixes it.
-SMALLEST_EFFECT_OF_INTEREST = 0.05
+# a test of collapse: the smallest effect of interest the pre-registration fixed for it (G / 2).
+DESIGN = Path(__file__).resolve().parents[1] / "scope_envs/persuasion_acts/remedy_studies/remedies_v2.yaml"
+SMALLEST_EFFECT_OF_INTEREST = yaml.safe_load(DESIGN.read_text())["sesoi"]["mechanism"]
 STUDY = Path(__file__).resolve().parents[1] / "scope_envs/persuasion_acts/studies/mechanism.yaml"
 
 
