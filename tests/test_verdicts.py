@@ -35,6 +35,10 @@ def test_power_matches_the_paired_t_test_tables():
     assert power_of_paired_t(0.5, 1.0, 34) == pytest.approx(0.8078, abs=0.002)
     assert seeds_for_power(0.5, 1.0) == 34
     assert power_of_paired_t(0.0, 1.0, 34) == pytest.approx(0.05, abs=1e-9), "no effect: the test's level"
+    # far from zero (a shift of 31 standard errors): certain, where scipy's noncentral t gives NaN
+    assert power_of_paired_t(0.117, 0.0146, 15, alpha=0.05 / 6) == pytest.approx(1.0)
+    assert power_of_paired_t(-0.117, 0.0146, 15, alpha=0.05 / 6) == pytest.approx(1.0)
+    assert power_of_paired_t(0.117, 0.0486, 15, alpha=0.05 / 6) == pytest.approx(1.0, abs=1e-6)
 
 
 def test_g_splits_exactly_into_its_sharpening_and_family_parts():

@@ -210,6 +210,9 @@ def analyze(out: Path, docs: Path) -> Path:
     return docs / "results.md"
 
 
+SHORT = {"vs": "VS, uniform draw", "vs_prob": "VS, drawn by probability", "population": "Population Co-Training"}
+
+
 def plot_effects(record: dict[str, Any], path: Path) -> Path:
     """A forest plot per testbed: G, its parts, the ceilings and each remedy, with the SESOI."""
     import matplotlib
@@ -217,36 +220,30 @@ def plot_effects(record: dict[str, Any], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, len(record["testbeds"]), figsize=(6.5 * len(record["testbeds"]), 4), sharex=True)
-    for axis, (name, testbed) in zip(list(getattr(axes, "flat", [axes])), record["testbeds"].items()):
+    count = len(record["testbeds"])
+    figure, axes = plt.subplots(count, 1, figsize=(9, 3.6 * count), sharex=True, squeeze=False)
+    for axis, (name, testbed) in zip(axes[:, 0], record["testbeds"].items()):
         checks = testbed["checks"]
         rows = [
             ("G (positive control)", checks["positive_control"], "black"),
-            ("sharpening part", checks["sharpening_part"], "grey"),
-            ("family part", checks["family_part"], "grey"),
+            ("G's sharpening part", checks["sharpening_part"], "grey"),
+            ("G's family part", checks["family_part"], "grey"),
             *((f"ceiling: {arm}", test, "tab:blue") for arm, test in checks["ceilings"].items()),
             *(
-                (f"{LABELS[remedy]}: {v['verdict']}", v["test"], "tab:red")
+                (f"{SHORT.get(remedy, remedy)}: {v['verdict']}", v["test"], "tab:red")
                 for remedy, v in testbed["verdicts"].items()
-                if v["test"]
             ),
         ]
         rows = [row for row in rows if row[1]]
         for y, (_, test, colour) in enumerate(reversed(rows)):
-            axis.errorbar(
-                test["difference"],
-                y,
-                xerr=[[test["difference"] - test["low"]], [test["high"] - test["difference"]]],
-                fmt="o",
-                color=colour,
-                capsize=3,
-            )
-        axis.set_yticks(range(len(rows)), [label for label, _, _ in reversed(rows)], fontsize=8)
+            low, high = test["difference"] - test["low"], test["high"] - test["difference"]
+            axis.errorbar(test["difference"], y, xerr=[[low], [high]], fmt="o", color=colour, capsize=3)
+        axis.set_yticks(range(len(rows)), [label for label, _, _ in reversed(rows)], fontsize=9)
         axis.axvline(0, color="black", lw=0.8)
         axis.axvline(record["sesoi"][name], color="tab:green", ls="--", lw=1, label="smallest effect of interest")
         axis.set_title(f"{name}: gamma {testbed['gamma']:g}, spread {testbed['spread']:g}", fontsize=10)
-        axis.set_xlabel("held-out success, difference from single-simulator RL (95% CI)")
-        axis.legend(fontsize=7, loc="lower right")
+        axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    axes[-1, 0].set_xlabel("held-out success, difference from single-simulator RL (95% CI, paired by seed)")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -290,10 +287,12 @@ def _fidelity_lines(fidelity: dict[str, float]) -> list[str]:
 
 
 def _verdict_table(verdicts: list[Any], sesoi: float) -> list[str]:
+    family = len(testbeds()) * len(REMEDIES)
     lines = [
         f"Smallest effect of interest (pre-registered): {sesoi:.3f}.",
         "",
-        "| remedy | minus single [95% CI] | Holm p | one-sided 95% upper bound | power at the SESOI | verdict |",
+        f"| remedy | minus single [95% CI] | Holm p | one-sided 95% upper bound | power at the SESOI (alpha "
+        f"{ALPHA}/{family}) | verdict |",
         "|---|---|---|---|---|---|",
     ]
     for v in verdicts:
@@ -301,6 +300,13 @@ def _verdict_table(verdicts: list[Any], sesoi: float) -> list[str]:
         shown = (f"{v.adjusted_p:.2g}", f"{v.upper_bound:+.3f}", f"{v.power:.2f}") if judged else ("-",) * 3
         held = f"**{v.verdict}**" + (" (harms)" if v.harms else "") + f": {v.reason}"
         lines.append(f"| {LABELS[v.remedy]} | {_signed(v.test)} | {' | '.join(shown)} | {held} |")
+    beyond = [v for v in verdicts if v.verdict == NOT_TESTABLE and v.test is not None and v.test.low > 0]
+    for v in beyond:
+        lines += [
+            "",
+            f"Exploratory, not a verdict: the interval of {LABELS[v.remedy]} lies above 0 although its ceiling is "
+            "below the smallest effect of interest.",
+        ]
     return lines
 
 

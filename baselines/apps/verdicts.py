@@ -54,9 +54,13 @@ def power_of_paired_t(effect: float, sd: float, n: int, *, alpha: float = ALPHA)
         return float("nan")
     if sd <= 0:
         return 1.0 if effect else alpha
-    df, shift = n - 1, effect / (sd / math.sqrt(n))
+    df, shift = n - 1, abs(effect) / (sd / math.sqrt(n))  # a two-sided test: symmetric in the effect
     critical = stats.t.ppf(1 - alpha / 2, df)
-    return float(stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift))
+    # scipy's noncentral t returns NaN far in its tails (a shift of about 10 and more), where the
+    # rejections on the wrong side are below 1e-20 and those on the right side all but certain
+    wrong_side = stats.nct.cdf(-critical, df, shift) if shift < 8 else 0.0
+    right_side = stats.nct.sf(critical, df, shift) if shift < 37 else 1.0
+    return float(right_side + wrong_side)
 
 
 def seeds_for_power(effect: float, sd: float, *, alpha: float = ALPHA, power: float = POWER, limit: int = 1000) -> int:
