@@ -395,7 +395,7 @@ def check_lines(checks: Any, fidelity: Fidelity, seeds: int) -> list[str]:
             ("family part: held-out-trained minus unsharpened", checks.family),
         ]
     names = {UNSHARPENED: "Verbalized Sampling's ceiling", DIVERSE: "a diversity remedy's ceiling"}
-    rows += [(f"{names[arm]}: {LABELS[arm]} minus single", test) for arm, test in checks.ceilings.items()]
+    rows += [(f"{names[arm]}: {arm} minus single", test) for arm, test in checks.ceilings.items()]
     lines = [
         "## Manipulation checks",
         "",
@@ -493,7 +493,7 @@ def write_report(
         "",
         f"Mean ± 95% interval over seeds. Held-out success: the last evaluation ({settings.eval_tasks} draws of "
         f"test scenarios x {settings.eval_samples} episodes). Training reward and success (against each arm's own "
-        f"training simulator, which co-training makes adversarial), and policy entropy (nats per act), averaged "
+        f"training simulators, which co-training trains too), and policy entropy (nats per act), averaged "
         f"over the last {tail} steps.",
         "",
     ]
