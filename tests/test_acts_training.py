@@ -253,3 +253,16 @@ def test_the_report_gives_the_checks_before_any_verdict():
     assert not checks.confirmed
     assert {v.verdict for v in remedy_verdicts(faint, ("vs", "population"), checks)} == {"not testable here"}
     assert "no remedy result is called" in "\n".join(check_lines(manipulation_checks({}), Fidelity(), 0))
+
+
+def test_a_study_file_sets_the_demos_gamma_and_spread_and_the_command_line_overrides_them():
+    import argparse
+
+    from baselines.apps.demo import add_arguments, settings_from
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    mechanism = settings_from(parser.parse_args(["--study", "mechanism"]))
+    assert (mechanism.gamma, mechanism.spread) == (10, 0.25)
+    assert settings_from(parser.parse_args(["--study", "mechanism", "--spread", "0.5"])).spread == 0.5
+    assert (settings_from(parser.parse_args([])).gamma, settings_from(parser.parse_args([])).spread) == (3.0, 1.0)

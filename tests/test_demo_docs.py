@@ -48,30 +48,59 @@ def signed(row):
 def test_the_stated_follow_up_is_the_studys():
     follow_up = RESULTS["follow_up"]
     demo_doc = prose("docs/demo.md")
-    readme = prose("README.md")
     gap = follow_up["positive_control"]
     assert follow_up["confirmed"] and follow_up["cell"] == "gamma10-spread1" and follow_up["seeds"] == 20
-    assert f"G = {signed(gap)}" in readme and f"| {signed(gap)} | (p = {gap['p_value']:.2g}) |" in demo_doc
+    assert f"| {signed(gap)} | (p = {gap['p_value']:.2g}) |" in demo_doc
     tests = {t["remedy"]: t for t in follow_up["tests"]}
-    assert f"Verbalized Sampling {signed(tests['vs'])}" in readme
-    assert f"Population Co-Training {signed(tests['population'])}" in readme
     for remedy, label in (("vs", "Verbalized Sampling"), ("population", "Population Co-Training")):
         test = tests[remedy]
         share = f"{test['difference'] / gap['difference']:+.0%}"
         assert f"| {label} | {signed(test)} | {test['holm_p']:.2g} | {share} |" in demo_doc
         assert test["verdict"] == "no detectable effect"
-    assert "neither remedy" in readme and "neither remedy" in demo_doc
+    assert "neither remedy had a detectable effect" in demo_doc
+
+
+V2 = json.loads((ROOT / "docs/study/v2/results.json").read_text())
+VERDICT_WORDS = {"vs": "Verbalized Sampling, uniform draw", "vs_prob": "Verbalized Sampling, drawn by probability"}
+
+
+@pytest.mark.parametrize("testbed", ["v1", "mechanism"])
+def test_the_stated_remedy_verdicts_are_the_remedy_studys(testbed):
+    """docs/demo.md's table, and the README's and the study's summaries, state each verdict as found."""
+    record = V2["testbeds"][testbed]
+    demo_doc, readme, summary = prose("docs/demo.md"), prose("README.md"), prose("docs/study/v2/README.md")
+    gap = signed(record["checks"]["positive_control"])
+    assert f"{gap} |" in demo_doc and f"G = {gap}" in readme
+    for remedy, verdict in record["verdicts"].items():
+        label = VERDICT_WORDS.get(remedy, "Population Co-Training")
+        assert f"| {label} | {signed(verdict['test'])} | {verdict['verdict']} |" in demo_doc
+        assert signed(verdict["test"]) in summary or verdict["verdict"] == "not testable here"
+    ceiling = record["checks"]["ceilings"]["unsharpened"]["difference"]
+    if testbed == "v1":
+        assert record["verdicts"]["vs"]["verdict"] == "not testable here"
+        assert f"its ceiling, +{ceiling:.3f}, is below the smallest effect of interest" in readme
+        population = record["verdicts"]["population"]
+        assert f"Population Co-Training is **inconclusive** ({signed(population['test'])})" in readme
+        assert f"power {population['power']:.2f}" in summary and f"(power {population['power']:.2f} at" in demo_doc
+    else:
+        for remedy, words in (("population", "Population Co-Training helps"), ("vs", "is negligible")):
+            assert words in readme and signed(record["verdicts"][remedy]["test"]) in readme
+        fidelity = record["fidelity"]
+        assert f"total variation {fidelity['vs_to_unsharpened']:.2f}) than the sharpened family's" in demo_doc
+        assert f"({fidelity['sharpened_to_unsharpened']:.2f})" in demo_doc
 
 
 def test_the_shipped_demo_report_agrees_with_its_summary():
     report = (ROOT / "docs/demo/report.md").read_text()
     summary = json.loads((ROOT / "docs/demo/summary.json").read_text())
-    control = summary["positive_control"]
-    assert f"**{control['difference']:+.3f} [{control['low']:+.3f}, {control['high']:+.3f}]**" in report
-    assert ("does not hold" in report) == (not control["holds"])
+    checks = summary["checks"]
+    assert f"| {signed(checks['positive_control'])} |" in report
+    assert f"| {signed(checks['sharpening_part'])} |" in report and f"| {signed(checks['family_part'])} |" in report
     for method, values in summary["summary"].items():
         mean, half = values["heldout_success"]
         assert re.search(rf"\| [^|]+ \| {mean:.3f} ± {half:.3f} \|", report), method
+    for verdict in summary["verdicts"].values():
+        assert f"| {signed(verdict['test'])} |" in report and f"| {verdict['verdict']}: " in report
 
 
 @pytest.mark.slow
@@ -91,15 +120,16 @@ def test_a_fresh_demo_run_reproduces_the_shipped_report(tmp_path):
 
 def test_the_stated_demo_result_is_the_shipped_runs():
     summary = json.loads((ROOT / "docs/demo/summary.json").read_text())
-    control, remedies = summary["positive_control"], summary["remedies"]
+    checks, verdicts = summary["checks"], summary["verdicts"]
     readme, demo_doc = prose("README.md"), prose("docs/demo.md")
-    assert f"G = {signed(control)}, MDE {control['mde']:.3f}" in readme
-    assert f"G = {signed(control)} against an MDE of {control['mde']:.3f}" in demo_doc
-    assert ("control holds" in readme) == control["holds"]
-    # five seeds of one cell, uncorrected: the README states the control and the study's verdicts, no demo effect
-    assert signed(remedies["vs"]) not in readme and "ahead of single-simulator RL" not in readme
+    gap, sharpening, family = (checks[k] for k in ("positive_control", "sharpening_part", "family_part"))
+    assert f"defaults G = {signed(gap)} (sharpening part {sharpening['difference']:+.3f}, family part" in readme
+    assert f"family part {family['difference']:+.3f};" in readme
+    assert f"G = {signed(gap)}, sharpening part {signed(sharpening)}, family part {signed(family)}" in demo_doc
+    assert f"at five seeds it calls Verbalized Sampling {verdicts['vs']['verdict']} and" in readme
+    population = verdicts["population"]
+    assert f"Population Co-Training {population['verdict']}" in readme
+    assert f"Population Co-Training is {population['verdict']} ({signed(population['test'])})" in demo_doc
     seconds = re.search(r"; (\d+) s on \d+ processes", (ROOT / "docs/demo/report.md").read_text())[1]
     assert f"in {seconds} s on two CPU cores" in readme  # the time stated is the shipped run's
-    assert f"Sampling {signed(remedies['vs'])} (p = {remedies['vs']['p_value']:.2g}, uncorrected)" in demo_doc
-    assert f"Population Co-Training {signed(remedies['population'])}" in demo_doc
-    assert f"G = +{CONTROL['gamma3-spread1']['difference']:.3f} at seeds 100-104" in demo_doc
+    assert f"the report's own count, {seconds} s" in demo_doc

@@ -47,3 +47,42 @@ def test_the_pilot_record_holds_every_check_arm_at_every_pilot_seed():
         (t["name"], arm, seed) for t in DESIGN["testbeds"] for arm in arms for seed in seeds
     }
     assert len({r["provenance"]["commit"] for r in runs}) == 1 and all(r["provenance"]["clean"] for r in runs)
+
+
+def test_the_results_are_the_analysis_of_the_recorded_runs():
+    """Recomputed from runs.jsonl alone (the same code as `analyze`): every check and every verdict."""
+    pytest.importorskip("scipy")
+    from baselines.apps.stats import holm
+    from baselines.apps.verdicts import manipulation_checks, remedy_tests, remedy_verdicts, untestable_reason
+
+    results = json.loads((STUDY / "results.json").read_text())
+    runs = [json.loads(line) for line in (STUDY / "runs.jsonl").read_text().splitlines()]
+    outcomes: dict[str, dict[str, list[float]]] = {}
+    for run in sorted(runs, key=lambda r: r["seed"]):
+        outcomes.setdefault(run["cell"], {}).setdefault(run["arm"], []).append(run["outcome"]["heldout_success"])
+    assert len({r["provenance"]["commit"] for r in runs}) == 1 and all(r["provenance"]["clean"] for r in runs)
+    remedies = ("vs", "vs_prob", "population")
+    checks = {name: manipulation_checks(arms) for name, arms in outcomes.items()}
+    judged = {
+        (name, remedy): test
+        for name, arms in outcomes.items()
+        for remedy, test in remedy_tests(arms, remedies).items()
+        if untestable_reason(remedy, checks[name], DESIGN["sesoi"][name]) is None
+    }
+    adjusted = dict(zip(judged, holm([t.p_value for t in judged.values()])))
+    for name, arms in outcomes.items():
+        first, stop = DESIGN["confirmatory_seeds"][name]
+        assert all(len(values) == stop - first for values in arms.values())
+        recorded = results["testbeds"][name]
+        assert checks[name].as_dict()["positive_control"] == pytest.approx(recorded["checks"]["positive_control"])
+        verdicts = remedy_verdicts(
+            arms,
+            remedies,
+            checks[name],
+            sesoi=DESIGN["sesoi"][name],
+            adjusted={r: p for (t, r), p in adjusted.items() if t == name},
+            family_size=len(remedies) * len(outcomes),
+        )
+        for verdict in verdicts:
+            assert verdict.verdict == recorded["verdicts"][verdict.remedy]["verdict"], (name, verdict.remedy)
+            assert verdict.test.difference == pytest.approx(recorded["verdicts"][verdict.remedy]["test"]["difference"])
