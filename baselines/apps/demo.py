@@ -412,8 +412,12 @@ def check_lines(checks: Any, fidelity: Fidelity, seeds: int) -> list[str]:
             f"Fidelity: Verbalized Sampling's replies are {fidelity.vs_to_unsharpened:.3f} (mean per-state total "
             f"variation, {fidelity.states} probe states; {fidelity.vs_prob_to_unsharpened:.3f} drawn by probability) "
             "from the unsharpened family's; the sharpened family's are "
-            f"{fidelity.sharpened_to_unsharpened:.3f}, and the unsharpened family is "
-            f"{fidelity.unsharpened_to_target:.3f} from the target."
+            f"{fidelity.sharpened_to_unsharpened:.3f}"
+            + (
+                f", and the unsharpened family is {fidelity.unsharpened_to_target:.3f} from the target."
+                if not math.isnan(fidelity.unsharpened_to_target)
+                else " (the study has no single target to compare with)."
+            )
         )
     if not math.isnan(fidelity.pool_diversity):
         lines.append(
