@@ -266,3 +266,16 @@ def test_a_study_file_sets_the_demos_gamma_and_spread_and_the_command_line_overr
     assert (mechanism.gamma, mechanism.spread) == (10, 0.25)
     assert settings_from(parser.parse_args(["--study", "mechanism", "--spread", "0.5"])).spread == 0.5
     assert (settings_from(parser.parse_args([])).gamma, settings_from(parser.parse_args([])).spread) == (3.0, 1.0)
+
+
+def test_eval_every_0_means_no_evaluation_and_zero_periods_are_refused(tmp_path):
+    """`eval_every=0` crashed the trainer with a ZeroDivisionError after the first step."""
+    history_of_run = Trainer(load_config(None, [*ACTS, "steps=2", "eval_every=0", f"output_dir={tmp_path}"])).run(
+        progress=False, overwrite=True
+    )
+    assert len(history_of_run) == 2 and not any(key.startswith("heldout") for r in history_of_run for key in r)
+    for key in ("checkpoint_every", "pool_every"):
+        with pytest.raises(ValueError, match=f"{key} must be at least 1"):
+            load_config(None, [*ACTS, f"{key}=0"])
+    with pytest.raises(ValueError, match="eval_every must be 0"):
+        load_config(None, [*ACTS, "eval_every=-1"])

@@ -111,7 +111,7 @@ class TrainConfig:
     aggregation: str = "token_mean"
     lora: dict[str, Any] | None = None
     # evaluation, logging, checkpoints
-    eval_every: int = 5
+    eval_every: int = 5  # steps between held-out evaluations (and one after the last step); 0: none
     eval_simulators: list[str] = field(default_factory=lambda: ["scripted"])
     eval_tasks: int = 4
     eval_samples: int = 1
@@ -197,9 +197,13 @@ class TrainConfig:
             "ray_groups_per_task",
             "learner_ranks",
             "min_group_episodes",
+            "checkpoint_every",
+            "pool_every",
         ):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be at least 1")
+        if self.eval_every < 0:
+            problems.append(f"eval_every must be 0 (no evaluation) or a number of steps, got {self.eval_every}")
         if self.cpu_threads < 0:
             problems.append("cpu_threads must be 0 (torch's default) or a positive number of threads")
         if self.logprob_chunk < 0:

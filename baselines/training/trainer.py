@@ -451,7 +451,8 @@ class Trainer:
         self._last_episodes = ([], [])
         self.step += 1
         self.method.after_step(self, self.step)
-        if self.step % self.config.eval_every == 0 or self.step == self.config.steps:
+        every = self.config.eval_every  # 0: no evaluation
+        if every and (self.step % every == 0 or self.step == self.config.steps):
             record.update(self.evaluate(self.step))
         checkpoint = self.writer and (self.step % self.config.checkpoint_every == 0 or self.step == self.config.steps)
         if checkpoint:
