@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from training_helpers import TINY_POPULATION
 
 from baselines.training.config import TrainConfig, load_config
 from baselines.training.methods import method_for
@@ -178,23 +179,13 @@ def test_a_population_run_logs_its_pools_diversity(tmp_path):
         config = load_config(
             None,
             [
-                "env=PersuasionActs",
-                "policy=linear",
-                "method=population",
-                "simulator_policy=family:0@3",
-                "simulators=[family:0@3]",
-                "eval_simulators=[family:100]",
+                *TINY_POPULATION,
                 "groups_per_step=4",
                 "group_size=4",
-                "micro_batch=64",
                 f"simulator_lr={simulator_lr}",
-                "pool_every=1",
                 "pool_size=3",
                 "live_min_share=0.5",
                 "steps=4",
-                "eval_every=100",
-                "eval_tasks=1",
-                "tensorboard=false",
                 f"output_dir={tmp_path / str(simulator_lr)}",
             ],
         )
