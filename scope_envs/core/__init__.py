@@ -15,6 +15,7 @@ from scope_envs.core.dialogue import (
     Scenario,
     ToolResult,
     other_side,
+    user_components,
     user_reward_from,
 )
 from scope_envs.core.episodes import run_episodes
@@ -75,5 +76,6 @@ __all__ = [
     "resolve_policy",
     "run_episodes",
     "run_sync",
+    "user_components",
     "user_reward_from",
 ]

@@ -93,6 +93,16 @@ def user_reward_from(agent_reward: Any, mode: str) -> Any:
     return 1.0 - agent_reward if mode == "adversarial" else agent_reward
 
 
+def user_components(components: Mapping[str, Any], mode: str) -> dict[str, Any]:
+    """The user's own reward components from the agent's: the same record of what happened, but
+    `success` is the user's: the agent's failure for an `"adversarial"` user, its success for a
+    `"cooperative"` one (so a persuadee that kept its money succeeded)."""
+    own = dict(components)
+    if "success" in own:
+        own["success"] = user_reward_from(own["success"], mode)
+    return own
+
+
 class InvalidAction(ValueError):
     """Raised by `DialogueEnv.interpret_action` for an action the benchmark does not accept; the
     env answers it as an invalid action (counted against the error budget), never as a crash."""

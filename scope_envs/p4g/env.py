@@ -28,6 +28,7 @@ from scope_envs.core.dialogue import (
     EpisodeEnd,
     Reward,
     Scenario,
+    user_components,
     user_reward_from,
 )
 from scope_envs.p4g.corpus import ENV_VAR, CorpusNotFoundError, locate_corpus, read_pairs
@@ -184,7 +185,11 @@ class P4GEnv(DialogueEnv):
         user_value = user_reward_from(agent_reward, self.user_reward)
         return {
             AGENT: Reward(agent_reward, components, details),
-            USER: Reward(user_value, components, {**details, "user_reward": self.user_reward}),
+            USER: Reward(
+                user_value,
+                user_components(components, self.user_reward),
+                {**details, "user_reward": self.user_reward},
+            ),
         }
 
 

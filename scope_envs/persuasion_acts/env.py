@@ -42,6 +42,7 @@ from scope_envs.core.dialogue import (
     Reward,
     Scenario,
     Transition,
+    user_components,
     user_reward_from,
 )
 from scope_envs.core.render import render_view
@@ -256,7 +257,10 @@ class PersuasionActsEnv(DialogueEnv):
         components = {"donation": donation, "success": float(donation > 0)}
         details = {"donation_stated": bool(self.batch.stated[0]), "exchanges": int(self.batch.exchange[0])}
         user_value = user_reward_from(reward, self.user_reward)
-        return {AGENT: Reward(reward, components, details), USER: Reward(user_value, components, details)}
+        return {
+            AGENT: Reward(reward, components, details),
+            USER: Reward(user_value, user_components(components, self.user_reward), details),
+        }
 
     # ---- observations ---------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from scope_envs.core.dialogue import AGENT, SIDES, USER, user_reward_from
+from scope_envs.core.dialogue import AGENT, SIDES, USER, user_components, user_reward_from
 from scope_envs.core.rollout import ActSample, Episode, RolloutGroup, scenarios_of
 from scope_envs.persuasion_acts.engine import ActsBatch
 from scope_envs.persuasion_acts.env import PersuasionActsEnv
@@ -78,7 +78,10 @@ def collect(
                 group=int(group_of[index]),
                 scenario_id=scenario,
                 rewards={AGENT: float(rewards[index]), USER: float(user_rewards[index])},
-                reward_info={side: {"components": components} for side in SIDES},
+                reward_info={
+                    AGENT: {"components": components},
+                    USER: {"components": user_components(components, env.user_reward)},
+                },
                 end_reason=str(batch.end_reason[index]),
                 turns=int(batch.exchange[index] * 2 - (batch.end_reason[index] == "persuader_closed")),
                 samples={side: [_sample(trace[side][index])] for side in SIDES if trace[side][index]},

@@ -28,6 +28,7 @@ from scope_envs.core.dialogue import (
     Reward,
     Scenario,
     ToolResult,
+    user_components,
     user_reward_from,
 )
 from scope_envs.core.tools import ToolError
@@ -204,7 +205,11 @@ class Tau2Env(DialogueEnv):
         user_value = user_reward_from(result.reward, self.user_reward)
         return {
             AGENT: Reward(result.reward, result.components, result.details),
-            USER: Reward(user_value, result.components, {**result.details, "user_reward": self.user_reward}),
+            USER: Reward(
+                user_value,
+                user_components(result.components, self.user_reward),
+                {**result.details, "user_reward": self.user_reward},
+            ),
         }
 
     def tau2_messages(self) -> list[Any]:
