@@ -1,5 +1,6 @@
 """verifiers evaluates a chat model as the agent of a SCOPE dialogue env, the user played by any
-SCOPE simulator spec, the reward from the env (`baselines.integrations.verifiers_env`).
+SCOPE simulator spec, the reward from the env (`baselines.integrations.verifiers_env`); with
+`--seats user` the model plays the user against `--agent-policy`, scored by the env's user reward.
 
     python examples/verifiers_eval.py --env P4G --simulator scripted \\
         --base-url http://localhost:8000/v1 --model Qwen/Qwen3-4B-Instruct-2507 --episodes 8 --rollouts 4
@@ -32,13 +33,15 @@ def eval_config(args: argparse.Namespace) -> EvalConfig:
     return EvalConfig.model_validate(
         {
             "env": {
+                "seats": args.seats,
                 "taskset": {
                     "id": PLUGIN,
                     "env": args.env,
                     "simulator": args.simulator,
+                    "agent_policy": args.agent_policy,
                     "split": args.split,
                     "episodes": args.episodes,
-                }
+                },
             },
             "model": args.model,
             "client": {"base_url": args.base_url, "api_key_var": args.api_key_var},
@@ -54,7 +57,9 @@ def eval_config(args: argparse.Namespace) -> EvalConfig:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="P4G")
+    parser.add_argument("--seats", choices=["agent", "user"], default="agent", help="the side the model plays")
     parser.add_argument("--simulator", default="scripted", help="a SCOPE simulator spec for the user side")
+    parser.add_argument("--agent-policy", default="scripted", help="a SCOPE policy spec for the agent side")
     parser.add_argument("--split", default="test")
     parser.add_argument("--episodes", type=int, default=8, help="scenarios (tasks) of the split")
     parser.add_argument("--rollouts", type=int, default=1, help="episodes per scenario (a GRPO group)")

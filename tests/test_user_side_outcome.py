@@ -46,7 +46,7 @@ def test_the_act_level_persuadee_reports_its_own_success():
         done = False
         while not done:
             allowed = np.flatnonzero(view.unwrapped.action_masks())
-            _, reward, terminated, truncated, _ = view.step(int(rng.choice(allowed)))
+            *_, terminated, truncated, _ = view.step(int(rng.choice(allowed)))
             done = terminated or truncated
         infos = view.unwrapped.dialogue.chat_infos
         agent, user = (infos[side]["reward_info"]["components"]["success"] for side in (AGENT, USER))

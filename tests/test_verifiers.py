@@ -25,9 +25,9 @@ vf = pytest.importorskip("verifiers.v1")
 from llm_server import LLMServer  # noqa: E402
 
 from scope_envs.core.chat import Message  # noqa: E402
-from scope_envs.core.dialogue import AGENT  # noqa: E402
+from scope_envs.core.dialogue import AGENT, USER, other_side  # noqa: E402
 from scope_envs.core.specs import resolve_policy  # noqa: E402
-from scope_envs.core.views import AgentView  # noqa: E402
+from scope_envs.core.views import AgentView, UserView, build_env  # noqa: E402
 
 pytestmark = pytest.mark.verifiers
 
@@ -176,9 +176,12 @@ def test_an_env_server_returns_scored_episodes_as_prime_rl_requests_them(scripte
         assert episode.ok and trace.reward == reward and trace.num_turns == turns
 
 
-def test_the_agent_calls_a_tau2_domains_tools_which_the_env_executes(tmp_path):
+@pytest.mark.parametrize("tools", ["direct", "mcp"])
+def test_the_agent_calls_a_tau2_domains_tools_which_the_env_executes(tmp_path, tools):
     """A tool call of the model is the agent's action in the SCOPE episode: the env executes it
-    and its result goes back to the model under the call's id; the episode scores as SCOPE's."""
+    and its result goes back to the model under the call's id; the episode scores as SCOPE's.
+    `direct`: the harness has the episode execute the call; `mcp`: the harness calls the seat's
+    tool server (`SeatToolset`), as any MCP-capable verifiers harness would."""
     pytest.importorskip("tau2")
     from verifiers.v1.cli.eval.runner import run_eval
     from verifiers.v1.configs.cli.eval import EvalConfig
@@ -193,7 +196,10 @@ def test_the_agent_calls_a_tau2_domains_tools_which_the_env_executes(tmp_path):
     with LLMServer(respond) as server:
         config = EvalConfig.model_validate(
             {
-                "env": {"taskset": {"id": "scope-verifiers", "env": "Tau2Retail", "episodes": 1}},
+                "env": {
+                    "taskset": {"id": "scope-verifiers", "env": "Tau2Retail", "episodes": 1},
+                    "agent": {"harness": {"id": "scope-verifiers", "tools": tools}},
+                },
                 "model": "tool-caller",
                 "client": {"base_url": f"{server.url}/v1", "api_key_var": "SCOPE_TEST_KEY"},
                 "push": False,
@@ -202,15 +208,15 @@ def test_the_agent_calls_a_tau2_domains_tools_which_the_env_executes(tmp_path):
             }
         )
         (episode,) = asyncio.run(run_eval(config))
-    offered = {tool["function"]["name"] for tool in server.requests[0]["body"]["tools"]}
-    assert lookup[0] in offered
+    offered = {tool["function"]["name"]: tool["function"]["parameters"] for tool in server.requests[0]["body"]["tools"]}
+    schemas = {tool["function"]["name"]: tool["function"]["parameters"] for tool in agent_tools("Tau2Retail")}
+    assert offered == schemas, "the env's tools under their own names and JSON schemas"
     answered = server.requests[1]["body"]["messages"][-1]
     assert answered["role"] == "tool" and answered["tool_call_id"] == "call_0" and "not found" in answered["content"]
 
     view = AgentView("Tau2Retail", "scripted")  # the same episode, played by SCOPE alone
     view.reset(seed=0, options={"split": "train", "task_id": episode.traces[0].task.data.task_id})
-    call = Message.from_openai(server.requests[1]["body"]["messages"][-2])
-    view.step(call)
+    view.step(Message.from_openai(server.requests[1]["body"]["messages"][-2]))
     _, reward, terminated, truncated, _ = view.step("I could not find your account. Is there anything else?")
     while not (terminated or truncated):
         _, reward, terminated, truncated, _ = view.step("I could not find your account. Is there anything else?")
@@ -218,3 +224,163 @@ def test_the_agent_calls_a_tau2_domains_tools_which_the_env_executes(tmp_path):
     assert episode.ok and trace.reward == reward
     assert trace.info["scope"]["end"] == view.dialogue.end.reason
     view.close()
+
+
+def agent_tools(env):
+    view = AgentView(env)
+    view.reset(seed=0)
+    tools = view.dialogue.chat_infos[AGENT]["tools"]
+    view.close()
+    return tools
+
+
+def eval_episodes(server, tmp_path, env, model="m", **eval_fields):
+    """Episodes of `run_eval` (vf-eval's runner) with the plugin's `env` config against `server`."""
+    from verifiers.v1.cli.eval.runner import run_eval
+    from verifiers.v1.configs.cli.eval import EvalConfig
+
+    config = EvalConfig.model_validate(
+        {
+            "env": {**env, "taskset": {"id": "scope-verifiers", **env["taskset"]}},
+            "model": model,
+            "client": {"base_url": f"{server.url}/v1", "api_key_var": "SCOPE_TEST_KEY"},
+            "push": False,
+            "rich": None,
+            "output_dir": str(tmp_path),
+            **eval_fields,
+        }
+    )
+    return asyncio.run(run_eval(config))
+
+
+def direct_user_episodes(task_ids, user_reward):
+    """(user reward, user's components, user turns) of each scenario played by SCOPE alone: the
+    scripted user against the scripted agent, through the user's view."""
+    view = UserView(ENV, "scripted", user_reward=user_reward)
+    user = resolve_policy("scripted", env=view.dialogue, side=USER)
+    results = []
+    for seed, task_id in enumerate(task_ids):
+        view.reset(seed=seed, options={"split": SPLIT, "task_id": task_id})
+        done = False
+        while not done:
+            _, reward, terminated, truncated, _ = view.step(user.respond(view.dialogue.views[USER]).text)
+            done = terminated or truncated
+        components = view.dialogue.chat_infos[USER]["reward_info"]["components"]
+        results.append((reward, components, sum(m.role == "assistant" for m in view.dialogue.views[USER])))
+    view.close()
+    return results
+
+
+@pytest.fixture(scope="module")
+def scripted_players():
+    """The env's scripted agent and scripted user behind one chat-completions server, each
+    answering the requests made under its own model name (`agent`, `user`)."""
+    dialogue = AgentView(ENV).dialogue
+    players = {side: resolve_policy("scripted", env=dialogue, side=side) for side in (AGENT, USER)}
+
+    def respond(protocol, body):
+        player = players[body["model"]]
+        return {"text": player.respond([Message.from_openai(m) for m in body["messages"]]).text}
+
+    with LLMServer(respond) as server:
+        yield server
+
+
+def test_the_model_plays_the_user_seat_against_a_scope_agent_scored_by_the_user_reward(scripted_players, tmp_path):
+    env = {"seats": "user", "taskset": {"env": ENV, "split": SPLIT, "episodes": EPISODES, "agent_policy": "scripted"}}
+    env["taskset"]["env_kwargs"] = {"user_reward": "adversarial"}
+    episodes = eval_episodes(scripted_players, tmp_path, env, model=USER)
+    expected = dict(zip(first_task_ids(EPISODES), direct_user_episodes(first_task_ids(EPISODES), "adversarial")))
+    assert len(episodes) == EPISODES and all(e.ok for e in episodes)
+    for episode in episodes:
+        (trace,) = episode.traces
+        reward, components, turns = expected[trace.task.data.task_id]
+        assert trace.agent.name == USER and trace.agent.trainable
+        assert trace.reward == reward, "the env's user reward is the trace's"
+        assert {name: trace.rewards[name].score for name in components} == components, "the user's own outcome"
+        assert trace.num_turns == turns and trace.info["scope"]["side"] == USER
+    assert len({reward for reward, _, _ in expected.values()}) > 1
+
+
+def direct_two_player_episodes(task_ids, user_reward):
+    """(agent reward, user reward, agent turns, user turns) of each scenario played by SCOPE alone
+    on the two-sided env, each side answered by its unseeded scripted player as the server does."""
+    dialogue = build_env(ENV, user_reward=user_reward)
+    players = {side: resolve_policy("scripted", env=dialogue, side=side) for side in (AGENT, USER)}
+    results = []
+    for seed, task_id in enumerate(task_ids):
+        dialogue.reset(seed=seed, options={"split": SPLIT, "task_id": task_id})
+        while dialogue.end is None:
+            side = dialogue.to_speak
+            reply = players[side].respond(dialogue.views[side]).text
+            dialogue.step({side: reply, other_side(side): ""})
+        rewards = [dialogue.chat_infos[side]["reward_info"]["reward"] for side in (AGENT, USER)]
+        turns = [sum(m.role == "assistant" for m in dialogue.views[side]) for side in (AGENT, USER)]
+        results.append((*rewards, *turns))
+    dialogue.close()
+    return results
+
+
+@pytest.mark.parametrize("user_reward", ["adversarial", "cooperative"])
+def test_both_seats_are_two_verifiers_agents_each_trace_scored_by_its_side(scripted_players, tmp_path, user_reward):
+    taskset = {"env": ENV, "split": SPLIT, "episodes": EPISODES, "env_kwargs": {"user_reward": user_reward}}
+    env = {"seats": "both", "taskset": taskset, "agent": {"model": AGENT}, "user": {"model": USER}}
+    episodes = eval_episodes(scripted_players, tmp_path, env)
+    ids = first_task_ids(EPISODES)
+    expected = dict(zip(ids, direct_two_player_episodes(ids, user_reward)))
+    assert len(episodes) == EPISODES and all(e.ok for e in episodes)
+    for episode in episodes:
+        traces = {trace.agent.name: trace for trace in episode.traces}
+        assert set(traces) == {AGENT, USER} and all(t.agent.trainable for t in traces.values())
+        agent_reward, user_reward_value, agent_turns, user_turns = expected[episode.task.data.task_id]
+        assert user_reward_value == (1.0 - agent_reward if user_reward == "adversarial" else agent_reward)
+        assert traces[AGENT].reward == agent_reward and traces[AGENT].num_turns == agent_turns
+        assert traces[USER].reward == user_reward_value and traces[USER].num_turns == user_turns
+        assert traces[USER].rewards["success"].score == (
+            1.0 - traces[AGENT].rewards["success"].score
+            if user_reward == "adversarial"
+            else traces[AGENT].rewards["success"].score
+        ), "the user's own success"
+    assert len({rewards[0] for rewards in expected.values()}) > 1
+
+
+def test_reward_components_are_rewards_whose_weights_are_configurable(scripted_model, tmp_path):
+    env = {
+        "taskset": {"env": ENV, "split": SPLIT, "episodes": EPISODES, "task": {"rewards": {"success": {"weight": 0.5}}}}
+    }
+    episodes = eval_episodes(scripted_model, tmp_path, env, model="scripted-agent")
+    expected = dict(zip(first_task_ids(EPISODES), direct_episodes(first_task_ids(EPISODES))))
+    successes = set()
+    for episode in episodes:
+        (trace,) = episode.traces
+        reward, _ = expected[trace.task.data.task_id]
+        rewards = trace.rewards
+        assert set(rewards) == {"scope_reward", "donation", "success"}
+        assert (rewards["scope_reward"].weight, rewards["donation"].weight, rewards["success"].weight) == (1, 0, 0.5)
+        assert rewards["scope_reward"].score == reward
+        assert trace.reward == pytest.approx(reward + 0.5 * rewards["success"].score)
+        successes.add(rewards["success"].score)
+    assert successes == {0.0, 1.0}, "the weight was seen applied to both outcomes"
+
+
+def test_the_taskset_system_prompt_override_reaches_the_model_and_weights_come_from_the_command_line(tmp_path):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("You are an optimised persuader. Be brief.")
+    with LLMServer(lambda protocol, body: {"text": "Would you donate $1 to Save the Children?"}) as server:
+        vf_eval = Path(sys.executable).with_name("vf-eval")
+        command = [
+            str(vf_eval), "scope-verifiers", "--env.taskset.env", ENV, "--env.taskset.split", SPLIT,
+            "--env.taskset.episodes", "1", "--env.taskset.system-prompt", str(prompt), "-m", "m",
+            "--env.taskset.task.rewards.success.weight", "0.5",
+            "--client.base-url", f"{server.url}/v1", "--client.api-key-var", "SCOPE_TEST_KEY",
+            "--no-push", "--no-rich", "-o", str(tmp_path),
+        ]  # fmt: skip
+        run = subprocess.run(command, cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert server.requests
+        for request in server.requests:
+            (system,) = [m for m in request["body"]["messages"] if m["role"] == "system"]
+            assert system["content"] == prompt.read_text()
+    (traces,) = tmp_path.glob("*/traces.jsonl")
+    (episode,) = [json.loads(line) for line in traces.read_text().splitlines()]
+    assert episode["traces"][0]["rewards"]["success"]["weight"] == 0.5, "a reward's weight from the command line"

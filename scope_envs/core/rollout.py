@@ -79,9 +79,12 @@ class Episode:
     messages: dict[str, list[dict[str, Any]]] | None = None
 
     def success(self, side: str) -> bool:
-        """The benchmark's success component for `side` where it reports one, else a full reward."""
-        components = self.reward_info.get(side, {}).get("components", {})
-        return bool(components["success"] > 0) if "success" in components else self.rewards[side] >= 1.0 - 1e-9
+        return success_of(self.rewards[side], self.reward_info.get(side, {}).get("components", {}))
+
+
+def success_of(reward: float, components: Mapping[str, Any]) -> bool:
+    """A side's success: the benchmark's success component where it reports one, else a full reward."""
+    return bool(components["success"] > 0) if "success" in components else reward >= 1.0 - 1e-9
 
 
 @dataclass(frozen=True)
