@@ -384,3 +384,26 @@ def test_the_taskset_system_prompt_override_reaches_the_model_and_weights_come_f
     (traces,) = tmp_path.glob("*/traces.jsonl")
     (episode,) = [json.loads(line) for line in traces.read_text().splitlines()]
     assert episode["traces"][0]["rewards"]["success"]["weight"] == 0.5, "a reward's weight from the command line"
+
+
+def test_the_seat_tool_server_answers_only_its_own_loopback_host():
+    """Threat model (docs/security.md): a page in a local browser must not reach the tool server
+    by DNS rebinding, so another Host header or a browser Origin is refused before any tool runs."""
+    import httpx
+
+    from baselines.integrations.verifiers_tools import SeatToolset
+
+    acted = []
+    toolset = SeatToolset([], lambda message: acted.append(message) or [])
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+    async def probe():
+        async with toolset.serve() as server, httpx.AsyncClient() as client:
+            own = await client.post(server.url, json=body, headers=headers)
+            rebound = await client.post(server.url, json=body, headers={**headers, "Host": "attacker.example"})
+            browser = await client.post(server.url, json=body, headers={**headers, "Origin": "http://attacker.example"})
+            return own.status_code, rebound.status_code, browser.status_code
+
+    own, rebound, browser = asyncio.run(probe())
+    assert own == 200 and rebound >= 400 and browser >= 400 and not acted

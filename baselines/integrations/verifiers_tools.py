@@ -80,15 +80,19 @@ class SeatToolset(vf.Toolset[SeatToolsetConfig, vf.State]):
         from mcp.server.lowlevel import Server
         from mcp.server.transport_security import TransportSecuritySettings
 
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
         server = Server("scope", on_list_tools=self._list_tools, on_call_tool=self._call_tool)
         app = server.streamable_http_app(
             json_response=True,
             stateless_http=True,
-            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+            # a page in a local browser must not reach it by DNS rebinding: only the loopback host,
+            # and no browser origin at all (the harness is not a browser)
+            transport_security=TransportSecuritySettings(
+                enable_dns_rebinding_protection=True, allowed_hosts=[f"127.0.0.1:{port}"], allowed_origins=[]
+            ),
         )
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
         web = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="on"))
         running = asyncio.create_task(web.serve(sockets=[sock]))
         try:
