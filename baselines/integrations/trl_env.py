@@ -308,7 +308,7 @@ def scope_curriculum(
 
 def reward_functions(*components: str, success: bool = False, curriculum: bool = False) -> list[Callable[..., Any]]:
     """`GRPOTrainer(reward_funcs=...)`: the seat's reward, then each named component (`donation`,
-    tau2's `DB`, `ACTION`, `COMMUNICATE`, ...), its success, and the curriculum reward. TRL weighs
+    a tool domain's `DB`, `ACTION`, `COMMUNICATE`, ...), its success, and the curriculum reward. TRL weighs
     them by `GRPOConfig(reward_weights=[...])` (all 1 by default); weight 0 logs one unweighted."""
     functions: list[Callable[..., Any]] = [scope_reward, *(component_reward(name) for name in components)]
     return functions + [scope_success] * success + [scope_curriculum] * curriculum

@@ -27,7 +27,7 @@ that exports one of each; `scope_verifiers` is that plugin:
   has the env execute each call. A seat with tools also gets them as a tool server
   (`verifiers_tools.SeatToolset`), so any harness that speaks MCP can call them;
 * each seat's trace is scored by its own side's reward info: `scope_reward` (the env's reward of
-  that side, weight 1) and each reward component (`success`, `donation`, tau2's `DB`, `ACTION`,
+  that side, weight 1) and each reward component (`success`, `donation`, a tool domain's `DB`, `ACTION`,
   `COMMUNICATE`, ...) as a reward of weight 0, re-weighted with verifiers' own
   `--env.taskset.task.rewards.NAME.weight W`; a conversation verifiers ends first (a turn limit,
   an error) is ended as a truncation (`rollout_ended`) and scored by the env's own rules;

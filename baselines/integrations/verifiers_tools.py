@@ -2,7 +2,7 @@
 
 verifiers launches a `vf.Toolset` as its own process (`python -m module`, per rollout or once per
 run) that sees the rollout only through a serialised `State`, and registers its tools from the
-signatures of `@vf.tool` methods. A SCOPE tool acts on the live episode (a tau2 domain's database
+signatures of `@vf.tool` methods. A SCOPE tool acts on the live episode (a tool domain's database
 inside the env's process), and its schema is the env's, known only once the episode is reset; so
 `SeatToolset` serves the seat's tools in the env's own process, on loopback, over the transport a
 `vf.Toolset` serves (MCP streamable HTTP, stateless, JSON responses), and the env hands it to the
