@@ -3,9 +3,13 @@ orchestrator sends rollouts to) plays SCOPE episodes through `baselines.integrat
 the model is a real OpenAI-compatible HTTP server on loopback, the user a SCOPE simulator spec, the
 reward the env's. The served "model" is the env's own scripted agent, which replies from the
 conversation it is sent, so every episode must equal the one SCOPE plays with that agent directly.
+A tau2 task is solved the same way, by the env's gold-actions agent, whose tool calls go through
+verifiers' rollout. The user seat is also trained a GRPO step: a tiny transformers model served
+behind the token endpoint of verifiers' train client, on the tokens verifiers records
+(`verifiers_training.py`).
 
-Needs the `verifiers` extra, in its own venv (verifiers pins openai<3):
-    pip install -e ".[verifiers]" && pytest -m verifiers tests/test_verifiers.py
+Needs the `verifiers` extra, in its own venv (verifiers pins openai<3), torch first (the CPU wheel):
+    pip install torch==2.13.0 && pip install -e ".[verifiers,tau2]" && pytest -m verifiers tests/test_verifiers.py
 """
 
 from __future__ import annotations
@@ -226,6 +230,40 @@ def test_the_agent_calls_a_tau2_domains_tools_which_the_env_executes(tmp_path, t
     view.close()
 
 
+@pytest.mark.parametrize("tools", ["direct", "mcp"])
+def test_the_gold_agent_solves_a_tau2_task_with_tool_calls_through_verifiers_and_earns_a_reward(tmp_path, tools):
+    """The served model is the env's gold-actions agent, which recognises the task from what the
+    scripted user says and answers each request with the task's next gold tool call, then its
+    summary: every call goes through verifiers' rollout (the model's reply, the env executing it,
+    the result back under the call's id), and the task's database ends as tau2's gold one."""
+    pytest.importorskip("tau2")
+    view = AgentView("Tau2Retail")
+    gold = resolve_policy("scripted", env=view.dialogue, side=AGENT)
+
+    def respond(protocol, body):
+        reply = gold.respond([Message.from_openai(m) for m in body["messages"]], body.get("tools") or [])
+        return {"text": reply.text, "tool_calls": [(call.name, call.args) for call in reply.tool_calls]}
+
+    env = {
+        "taskset": {"env": "Tau2Retail", "episodes": 1},
+        "agent": {"harness": {"id": "scope-verifiers", "tools": tools}},
+    }
+    with LLMServer(respond) as server:
+        (episode,) = eval_episodes(server, tmp_path, env, model="gold-agent")
+    (trace,) = episode.traces
+    task = view.dialogue.domain.task(trace.task.data.task_id)
+    gold_calls = [(action.name, action.arguments) for action in task.evaluation_criteria.actions]
+    view.close()
+    made = [(call.name, json.loads(call.arguments)) for m in trace.assistant_messages for call in m.tool_calls or []]
+    assert len(gold_calls) > 1 and made == gold_calls, "the model's tool calls, as verifiers recorded them"
+    assert len(trace.tool_messages) == len(gold_calls), "each answered by a tool message in the trace"
+    assert all(m.content and not m.content.startswith("Error") for m in trace.tool_messages)
+    sent = [m for request in server.requests for m in request["body"]["messages"][-1:] if m["role"] == "tool"]
+    assert len(sent) == len(gold_calls), "each result went back to the model"
+    assert episode.ok and trace.info["scope"]["end"] == "user_stop"
+    assert trace.reward > 0 and trace.rewards["DB"].score == 1.0, "tau2's reward: the database is the gold one"
+
+
 def agent_tools(env):
     view = AgentView(env)
     view.reset(seed=0)
@@ -407,3 +445,98 @@ def test_the_seat_tool_server_answers_only_its_own_loopback_host():
 
     own, rebound, browser = asyncio.run(probe())
     assert own == 200 and rebound >= 400 and browser >= 400 and not acted
+
+
+# The user seat's two replies: a refusal (the adversarial user reward: 1) and a $1 donation,
+# which ends the episode at once (1 - $1 of the $2 maximum: 0.5).
+REFUSE, DONATE = "No, thank you.", "Yes, I will give. [DONATE $1]"
+USER_GROUP = 8
+
+
+def test_the_user_seat_trains_a_grpo_step_on_a_group_verifiers_rolled_out_and_scored(tmp_path):
+    """A tiny transformers model (built from a config) plays the persuadee through verifiers' train
+    client, sampled at temperature 1 behind a real loopback `/inference/v1/generate`; verifiers
+    records each turn's token ids, which of them were sampled and their log-probs, and scores each
+    rollout with the env's user reward. One GRPO step on exactly those tokens (the project's
+    advantages and loss, verifiers' log-probs as the old ones) updates the served model. It is first
+    tuned to answer the opening with either reply and a second turn with the refusal, so that the
+    group's rewards differ and its first reply decides them."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from renderers import create_renderer
+    from renderers.base import load_tokenizer
+    from renderers.configs import DefaultRendererConfig
+    from verifiers_training import GenerateServer, grpo_step, one_thread, reply_logprob, warm
+
+    from sims.testing import tiny_chat_model
+
+    model, tokenizer = tiny_chat_model()
+    tokenizer_dir = tmp_path / "tokenizer"
+    tokenizer.save_pretrained(tokenizer_dir)
+    renderer = create_renderer(load_tokenizer(str(tokenizer_dir)), DefaultRendererConfig())
+    env_kwargs = {"exchanges": 2, "user_reward": "adversarial"}
+    view = UserView(ENV, "scripted", **env_kwargs)
+    view.reset(seed=0, options={"split": SPLIT, "task_id": first_task_ids(1)[0]})
+    opening = renderer.render([m.to_openai() for m in view.dialogue.views[USER]], add_generation_prompt=True).token_ids
+    view.step(REFUSE)
+    second = renderer.render([m.to_openai() for m in view.dialogue.views[USER]], add_generation_prompt=True).token_ids
+    view.close()
+
+    def reply(text):
+        return tokenizer(text + tokenizer.eos_token, add_special_tokens=False).input_ids
+
+    env = {"seats": "user", "taskset": {"env": ENV, "split": SPLIT, "episodes": 1, "env_kwargs": env_kwargs}}
+    with one_thread(), GenerateServer(model, "tiny-user", seed=0) as server:
+        warm(model, [(opening, reply(REFUSE)), (opening, reply(DONATE)), (second, reply(REFUSE))], steps=240)
+        client = {
+            "type": "train",  # verifiers' train client: it renders the tokens and records them
+            "base_url": f"{server.url}/v1",
+            "api_key_var": "SCOPE_TEST_KEY",
+            "renderer_model_name": str(tokenizer_dir),
+            "renderer": {"name": "default"},
+        }
+        sampling = {"temperature": 1.0, "max_tokens": 32}
+        episodes = eval_episodes(
+            server,
+            tmp_path,
+            env,
+            "tiny-user",
+            client=client,
+            sampling=sampling,
+            num_rollouts=USER_GROUP,
+            max_concurrent=1,
+        )
+        assert len(episodes) == USER_GROUP and all(e.ok for e in episodes)
+        assert server.requests[0]["prompt_ids"] == opening, "verifiers rendered the opening the model was tuned on"
+        traces = [episode.traces[0] for episode in episodes]
+        for trace in traces:
+            assert trace.agent.name == USER and trace.agent.trainable
+            donation = trace.rewards["donation"].score
+            assert trace.reward == trace.rewards["scope_reward"].score == 1.0 - donation / 2.0, "the user's reward"
+            sampled = [t for branch in trace.branches for t, s in zip(branch.token_ids, branch.sampled_mask) if s]
+            replies = "".join(m.content or "" for m in trace.assistant_messages)
+            assert tokenizer.decode(sampled).replace(tokenizer.eos_token, "") == replies, "the mask is the replies"
+        assert len({trace.reward for trace in traces}) > 1, "a group whose rewards differ: its advantages are not 0"
+
+        best, worst = max(traces, key=lambda t: t.reward), min(traces, key=lambda t: t.reward)
+        (best_prompt, best_reply), (worst_prompt, worst_reply) = first_reply(best), first_reply(worst)
+        assert best_prompt == worst_prompt == opening
+
+        def margin():
+            return reply_logprob(model, best_prompt, best_reply) - reply_logprob(model, worst_prompt, worst_reply)
+
+        before = margin()
+        advantages, stats = grpo_step(model, torch.optim.Adam(model.parameters(), lr=1e-3), traces)
+        assert advantages[traces.index(best)] > 0 > advantages[traces.index(worst)]
+        assert stats["recorded_gap"] < 1e-4, "verifiers' log-probs are the model's own on the tokens marked sampled"
+        assert margin() > before, "the step made the higher-reward first reply likelier than the lower-reward one"
+
+
+def first_reply(trace):
+    """The prompt token ids of a trace's first turn and the token ids the model sampled for it."""
+    branch = trace.branches[0]
+    start = branch.sampled_mask.index(True)
+    end = start
+    while end < len(branch.sampled_mask) and branch.sampled_mask[end]:
+        end += 1
+    return branch.token_ids[:start], branch.token_ids[start:end]
