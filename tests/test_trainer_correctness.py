@@ -18,6 +18,7 @@ from baselines.training.loss import LossConfig, policy_loss  # noqa: E402
 from baselines.training.policy import LMPolicy  # noqa: E402
 from baselines.training.trainer import Trainer  # noqa: E402
 from scope_envs.core.dialogue import AGENT, USER  # noqa: E402
+from scope_envs.core.rollout import Sample  # noqa: E402
 from sims.hf_backend import HFSimulator  # noqa: E402
 from sims.opponents import LIVE, Population  # noqa: E402
 from sims.pool import CheckpointPool  # noqa: E402
@@ -204,10 +205,23 @@ def test_generation_runs_in_batches_of_the_configured_size():
     assert len(replies) == 5 and sizes == [2, 2, 1]
 
 
-def test_lora_keeps_only_the_logits_it_needs():
+@pytest.mark.parametrize("lora", [None, {"r": 4, "target_modules": ["q_proj"]}])
+def test_the_output_head_reads_only_the_positions_of_trained_tokens(lora):
     model, tokenizer = tiny_chat_model(0)
-    policy = LMPolicy(HFSimulator(model, tokenizer=tokenizer), lora={"r": 4, "target_modules": ["q_proj"]})
-    assert policy._keeps_logits  # peft's forward(**kwargs) hides the base model's logits_to_keep
+    policy = LMPolicy(HFSimulator(model, tokenizer=tokenizer, max_new_tokens=6), lora=lora)
+    samples = [
+        Sample([5, 6, 7, 8, 9, 10], [0, 0, 1, 1, 0, 1], [0.0, 0.0, -1.0, -1.0, 0.0, -1.0], 2),
+        Sample([5, 6, 11, 12], [0, 0, 0, 1], [0.0, 0.0, 0.0, -1.0], 3),
+    ]
+    rows_read = []
+    head = policy.model.get_output_embeddings()
+    hook = head.register_forward_hook(lambda module, inputs, output: rows_read.append(inputs[0].shape[0]))
+    try:
+        logprobs, mask, _ = policy.sequence_logprobs(samples)
+    finally:
+        hook.remove()
+    assert rows_read == [4]  # the four trained tokens, no prompt position, no padding
+    assert bool((logprobs[mask == 0] == 0).all()) and bool((logprobs[mask == 1] < 0).all())
 
 
 def test_entropies_carry_no_autograd_graph():

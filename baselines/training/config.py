@@ -51,6 +51,8 @@ class TrainConfig:
     gradient_checkpointing: bool = False  # recompute activations in the backward pass (less memory)
     logprob_chunk: int = 0  # positions per chunk for training log-probs and entropies (0: all at once)
     generation_batch: int = 32  # prompts per batched generate call of a local model
+    # train the samples that share their first prompt (a group's) as one packed row, that prompt read once
+    pack_samples: bool = True
     # tokens of one side's longest sequence (prompt and generated turns), on every generation path: a
     # turn is cut to fit, and an episode whose next prompt leaves no room ends as `max_model_len`
     max_model_len: int = 4096

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+from baselines.training.packing import attention_mask_for, can_pack, pack
 from baselines.training.traces import SideTrace
 from scope_envs.core.policy import ContextFull, Reply
 from scope_envs.core.rollout import Sample
@@ -60,10 +61,12 @@ class LMPolicy:
         generation_batch: int = 32,
         adapter: str = "default",
         max_model_len: int | None = None,
+        pack_samples: bool = True,
     ) -> None:
         import torch
 
         self.simulator = simulator
+        self.pack_samples = pack_samples
         self.tokenizer = simulator.tokenizer
         self.temperature = simulator.temperature
         self.dtype = getattr(torch, dtype)
@@ -87,10 +90,6 @@ class LMPolicy:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.engine: Any = None  # a VLLMGeneration handle when generation runs on vLLM
         self._reference: Any = None  # full fine-tuning with a KL penalty: a frozen copy of the initial weights
-        import inspect
-
-        base = self.model.get_base_model() if self.is_lora else self.model
-        self._keeps_logits = "logits_to_keep" in inspect.signature(base.forward).parameters
 
     @property
     def is_lora(self) -> bool:
@@ -183,48 +182,73 @@ class LMPolicy:
 
     def sequence_logprobs(self, samples: Sequence[Sample]) -> tuple[Any, Any, Any]:
         """`[batch, tokens-1]` log-probs of each next token under softmax(logits / temperature),
-        the matching loss mask, and the entropies (no gradient); right-padded. With
-        `logprob_chunk`, the vocabulary-sized logits exist for that many positions at a time, and
-        are recomputed in the backward pass rather than kept."""
+        the matching loss mask, and the entropies (no gradient); right-padded, 0 where the mask is.
+        Only the positions that predict a trained token go through the output head: the
+        vocabulary-sized logits of a prompt, or of the other side's turns, are never computed.
+        With `logprob_chunk`, they exist for that many trained positions at a time, and are
+        recomputed in the backward pass rather than kept. With `pack_samples`, samples that share
+        their first prompt (a GRPO group's) are read as one row, the shared part once
+        (`baselines.training.packing`)."""
         import torch
 
+        # training follows: the rollout's cached conversations are about to be stale, and their
+        # memory is better spent on the backward pass
+        self.simulator.clear_prefix_cache()
         device = next(self.model.parameters()).device
         width = max(len(s.ids) for s in samples)
         pad = self.tokenizer.pad_token_id
         ids = torch.tensor([s.ids + [pad] * (width - len(s.ids)) for s in samples], device=device)
         attention = torch.tensor([[1] * len(s.ids) + [0] * (width - len(s.ids)) for s in samples], device=device)
         mask = torch.tensor([s.mask + [0] * (width - len(s.ids)) for s in samples], device=device)[:, 1:]
-        # Only positions that predict a trained token need logits: skip the prompt prefix all share.
-        first = max(min(s.prompt_length for s in samples) - 1, 0)
-        targets = ids[:, first + 1 :]
-        logprobs = torch.zeros(len(samples), width - 1, device=device)
-        entropy = torch.zeros(len(samples), width - 1, device=device)
+        rows, columns = mask.nonzero(as_tuple=True)  # position t predicts token t + 1
+        targets = ids[:, 1:][rows, columns]
+        pieces = []
         with self.active():
             # use_cache=False: the training forward never builds a KV cache (transformers would,
             # without gradient checkpointing, for the whole batch)
-            if self.logprob_chunk:
-                decoder = self.model.get_decoder()
-                hidden = decoder(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
-                head = self.model.get_output_embeddings()
-                from torch.utils.checkpoint import checkpoint
-
-                for start in range(first, width - 1, self.logprob_chunk):
-                    stop = min(start + self.logprob_chunk, width - 1)
-                    chunk_targets = targets[:, start - first : stop - first]
-                    # the head runs inside the checkpoint: no chunk's logits outlive its own computation
-                    chunk_logprobs, chunk_entropy = checkpoint(
-                        lambda h, t: self._token_logprobs(head(h), t),
-                        hidden[:, start:stop],
-                        chunk_targets,
-                        use_reentrant=False,
-                    )
-                    logprobs[:, start:stop], entropy[:, start:stop] = chunk_logprobs, chunk_entropy
+            decoder = self.model.get_decoder()
+            if self.pack_samples and can_pack(self.model):
+                packed = pack(samples, rows, columns, pad, device)
+                hidden = decoder(
+                    input_ids=packed.ids,
+                    attention_mask=attention_mask_for(self.model, packed.attend, torch.float32),
+                    position_ids=packed.positions,
+                    use_cache=False,
+                )
+                picked = hidden.last_hidden_state[packed.predictors]
             else:
-                keep = {"logits_to_keep": width - first} if self._keeps_logits else {}
-                out = self.model(input_ids=ids, attention_mask=attention, use_cache=False, **keep)
-                logits = out.logits[:, -(width - first) :]
-                logprobs[:, first:], entropy[:, first:] = self._token_logprobs(logits[:, :-1], targets)
+                hidden = decoder(input_ids=ids, attention_mask=attention, use_cache=False)
+                picked = hidden.last_hidden_state[rows, columns]
+            head = self.model.get_output_embeddings()
+            chunk = self.logprob_chunk or max(len(targets), 1)
+            for start in range(0, len(targets), chunk):
+                part = slice(start, start + chunk)
+                if self.logprob_chunk:
+                    from torch.utils.checkpoint import checkpoint
+
+                    # the head runs inside the checkpoint: no chunk's logits outlive its own computation
+                    pieces.append(
+                        checkpoint(
+                            lambda h, t: self._token_logprobs(self._logits(head, h), t),
+                            picked[part],
+                            targets[part],
+                            use_reentrant=False,
+                        )
+                    )
+                else:
+                    pieces.append(self._token_logprobs(self._logits(head, picked[part]), targets[part]))
+        zeros = torch.zeros(len(samples), width - 1, device=device)
+        if not pieces:
+            return zeros, mask, zeros.clone()
+        logprobs = zeros.index_put((rows, columns), torch.cat([p[0] for p in pieces]).to(zeros.dtype))
+        entropy = zeros.index_put((rows, columns), torch.cat([p[1] for p in pieces]).to(zeros.dtype))
         return logprobs, mask, entropy
+
+    def _logits(self, head: Any, hidden: Any) -> Any:
+        """The output head, with the final soft cap of models that have one (as their forward applies it)."""
+        logits = head(hidden)
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        return logits if not cap else cap * (logits / cap).tanh()
 
     def _token_logprobs(self, logits: Any, targets: Any) -> tuple[Any, Any]:
         """Log-probs of `targets` under softmax(logits / temperature), in float32, and the entropies."""
@@ -351,6 +375,7 @@ def build_policy(
     logprob_chunk: int = 0,
     generation_batch: int = 32,
     max_model_len: int | None = None,
+    pack_samples: bool = True,
 ) -> Any:
     """A language model: `tiny` (a random model for tests), `smollm2`, `hf:MODEL_OR_PATH`; otherwise
     a linear act policy for envs with discrete acts: `linear`, or the spec of a linear policy to
@@ -382,6 +407,7 @@ def build_policy(
         generation_batch=generation_batch,
         adapter=side,
         max_model_len=max_model_len,
+        pack_samples=pack_samples,
     )
 
 

@@ -162,6 +162,7 @@ class Run:
             logprob_chunk=config.logprob_chunk,
             generation_batch=config.generation_batch,
             max_model_len=config.max_model_len,
+            pack_samples=config.pack_samples,
         )
 
     def use_cpu_threads(self) -> None:
