@@ -180,6 +180,7 @@ class HFSimulator(Simulator):
         self._last_logits_only = {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
         self.deterministic = True  # given a seed; unseeded replies are random
         self.prefixes = PrefixStore(prefix_cache_bytes)
+        self._reuse_by_config: tuple[Any, bool] | None = None  # (model config, `reuses_cached_rows` of it)
 
     def _stop_ids(self) -> set[int]:
         ids = {self.tokenizer.eos_token_id}
@@ -299,7 +300,17 @@ class HFSimulator(Simulator):
         self.prefixes.for_weights(weights_key(self.model))
         context = generation_context(self.model)
         continued = [self.prefixes.longest_prefix(prompt, context) for prompt in prompts]
-        return KVBatch.prefill(self, prompts, continued, context, new_tokens)
+        return KVBatch.prefill(self, prompts, continued, context, new_tokens, self._reuses_cached_rows())
+
+    def _reuses_cached_rows(self) -> bool:
+        """`sims.kv_batch.reuses_cached_rows` of the model, asked again only when the model's config
+        is another object (a wrapped or replaced model)."""
+        from sims.kv_batch import reuses_cached_rows
+
+        config = self.model.config
+        if self._reuse_by_config is None or self._reuse_by_config[0] is not config:
+            self._reuse_by_config = (config, reuses_cached_rows(config))
+        return self._reuse_by_config[1]
 
     def _sample(self, logits: Any, generators: list[Any]) -> tuple[list[int], list[float]]:
         torch = _torch()

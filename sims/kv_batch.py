@@ -32,6 +32,17 @@ def own_dtype_static_layer() -> type:
     return OwnDtypeStaticLayer
 
 
+def reuses_cached_rows(config: Any) -> bool:
+    """Whether a model of `config` can start rows from cached keys and values: not when any of its
+    layers is a sliding window (transformers' cache gives those a layer type of their own). The
+    answer takes building a cache: ask it once per model."""
+    from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer
+
+    probe = StaticCache(config=config, max_cache_len=1)
+    return all(type(layer) is StaticLayer for layer in probe.layers)
+
+
 class KVBatch:
     """`prefill` reads the prompts; `read` one more token per row; `rows_after` gives each row's
     conversation to keep. `layout[i]` is row i's (tokens started from its cache, tokens of its
@@ -62,15 +73,16 @@ class KVBatch:
         continued: Sequence[CachedRow | None],
         context: Hashable,
         new_tokens: int,
+        reuses: bool,
     ) -> KVBatch:
+        """`reuses`: whether the model can start rows from `continued` (`reuses_cached_rows`);
+        if not, every prompt is read from its start."""
         import torch
         from transformers import StaticCache
         from transformers.cache_utils import StaticLayer
 
         model, device, pad = simulator.model, simulator.device, simulator.tokenizer.pad_token_id
         OwnDtypeStaticLayer = own_dtype_static_layer()
-        probe = StaticCache(config=model.config, max_cache_len=1)
-        reuses = all(type(layer) is StaticLayer for layer in probe.layers)
         continued = list(continued) if reuses else [None] * len(prompts)
         starts = [len(row.tokens) if row else 0 for row in continued]
         layout = [(start, len(prompt) - start) for prompt, start in zip(prompts, starts)]

@@ -1,9 +1,10 @@
-"""`check_simulator`: the conformance suite every simulator backend's tests call."""
+"""Test material: `check_simulator`, the conformance suite every simulator backend's tests call; a tiny
+chat model to test with, and `fine_tune_on_completions` to steer it."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -141,3 +142,22 @@ def tiny_chat_model(seed: int = 0) -> tuple[Any, Any]:
         bos_token_id=fast.bos_token_id,
     )
     return LlamaForCausalLM(config), fast
+
+
+def fine_tune_on_completions(
+    model: Any, examples: Sequence[tuple[list[int], list[int]]], steps: int, lr: float = 3e-3
+) -> None:
+    """Supervised steps toward each (prompt ids, completion ids) example in turn, the loss on the
+    completion alone: a prompt given two completions ends up answered with either about equally
+    often, at a temperature of 1."""
+    import torch
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    for _ in range(steps):
+        for prompt_ids, completion_ids in examples:
+            ids = torch.tensor([prompt_ids + completion_ids])
+            labels = ids.clone()
+            labels[0, : len(prompt_ids)] = -100
+            model(input_ids=ids, labels=labels).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()

@@ -13,8 +13,9 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 Responder = Callable[[str, dict[str, Any]], dict[str, Any]]
 # fault -> the HTTP status answered; "context" is a 400 about one conversation (too long for the model)
@@ -38,8 +39,76 @@ def echo_responder(protocol: str, body: dict[str, Any]) -> dict[str, Any]:
     return {"text": f"echo: {last}"}
 
 
-class LLMServer:
+ServerT = TypeVar("ServerT", bound="LoopbackServer")
+
+
+class LoopbackServer:
+    """An HTTP server on loopback, serving from a thread of its own while entered. A POST's JSON
+    body goes to `handle_post`, a GET to `handle_get` (by default unsupported, as a handler without
+    `do_GET` answers); `send` and `send_json` answer."""
+
+    def __init__(self) -> None:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                server.handle_get(self)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                server.handle_post(self, body)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self: ServerT) -> ServerT:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def handle_get(self, handler: BaseHTTPRequestHandler) -> None:
+        handler.send_error(HTTPStatus.NOT_IMPLEMENTED, f"Unsupported method ({handler.command!r})")
+
+    def handle_post(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def send(
+        handler: BaseHTTPRequestHandler, status: int, payload: bytes, headers: dict[str, str] | None = None
+    ) -> None:
+        try:
+            handler.send_response(status)
+            handler.send_header("content-type", "application/json")
+            handler.send_header("content-length", str(len(payload)))
+            for key, value in (headers or {}).items():
+                handler.send_header(key, value)
+            handler.end_headers()
+            handler.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test)
+            pass
+
+    @classmethod
+    def send_json(
+        cls, handler: BaseHTTPRequestHandler, status: int, payload: Any, headers: dict[str, str] | None = None
+    ) -> None:
+        cls.send(handler, status, json.dumps(payload).encode(), headers)
+
+
+class LLMServer(LoopbackServer):
     def __init__(self, responder: Responder = echo_responder, *, delay: float = 0.0) -> None:
+        super().__init__()
         self.responder = responder
         self.delay = delay
         self.faults: list[str] = []
@@ -50,32 +119,6 @@ class LLMServer:
         self.timeout_sleep = 2.0
         self.retry_after = "0.05"
         self._lock = threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("content-length", 0))
-                body = json.loads(self.rfile.read(length) or b"{}")
-                server._handle(self, body)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> LLMServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
     def fail(self, *faults: str) -> None:
         with self._lock:
@@ -85,7 +128,7 @@ class LLMServer:
         with self._lock:
             self.always = fault
 
-    def _handle(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    def handle_post(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         protocol = "anthropic" if handler.path.rstrip("/").endswith("/messages") else "openai"
         with self._lock:
             self.requests.append({"path": handler.path, "headers": dict(handler.headers), "body": body})
@@ -102,28 +145,15 @@ class LLMServer:
                 credential = handler.headers.get("authorization") or handler.headers.get("x-api-key") or ""
                 reason = CONTEXT_TOO_LONG if fault == "context" else f"injected {fault}"
                 error = {"error": {"message": f"{reason} for {credential}", "type": "error"}, "type": "error"}
-                return self._send(handler, ERROR_STATUS[fault], json.dumps(error).encode(), headers)
+                return self.send_json(handler, ERROR_STATUS[fault], error, headers)
             if fault == "malformed":
-                return self._send(handler, 200, b'{"id": "x", "choices": [ {"message": ', {})
+                return self.send(handler, 200, b'{"id": "x", "choices": [ {"message": ')
             reply = self.responder(protocol, body)
             payload = _anthropic(body, reply, fault) if protocol == "anthropic" else _openai(body, reply, fault)
-            self._send(handler, 200, json.dumps(payload).encode(), {})
+            self.send_json(handler, 200, payload)
         finally:
             with self._lock:
                 self.in_flight -= 1
-
-    @staticmethod
-    def _send(handler: BaseHTTPRequestHandler, status: int, payload: bytes, headers: dict[str, str]) -> None:
-        try:
-            handler.send_response(status)
-            handler.send_header("content-type", "application/json")
-            handler.send_header("content-length", str(len(payload)))
-            for key, value in headers.items():
-                handler.send_header(key, value)
-            handler.end_headers()
-            handler.wfile.write(payload)
-        except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test)
-            pass
 
 
 def _openai(body: dict[str, Any], reply: dict[str, Any], fault: str | None) -> dict[str, Any]:

@@ -106,6 +106,44 @@ def test_two_adapters_on_one_base_never_read_each_others_conversations():
     assert torch.allclose(torch.tensor(as_user.logprobs), expected, atol=1e-4)
 
 
+def test_a_sliding_window_model_reads_every_prompt_whole_decided_once_per_model(monkeypatch):
+    """A window counts columns, so a model with sliding-window layers never starts from a cached
+    conversation; whether it can is asked once per model config, not at every generation."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    import sims.kv_batch
+
+    asked, reuses_cached_rows = [], sims.kv_batch.reuses_cached_rows
+
+    def counted(config):
+        asked.append(config)
+        return reuses_cached_rows(config)
+
+    monkeypatch.setattr(sims.kv_batch, "reuses_cached_rows", counted)
+    _, tokenizer = tiny_chat_model(0)
+    torch.manual_seed(0)
+    config = MistralConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        sliding_window=4096,  # sliding-window layers, wider than any prompt here: a fresh read is exact
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
+    sim = HFSimulator(MistralForCausalLM(config), tokenizer=tokenizer, max_new_tokens=6, temperature=1.0)
+    prompt = sim.render(OPENINGS[0])
+    for turn in range(3):
+        (reply,) = sim.generate([prompt], [turn])
+        assert reply.metadata["reused_prompt_tokens"] == 0
+        assert torch.allclose(torch.tensor(reply.logprobs), scored_afresh(sim, prompt, reply.token_ids), atol=1e-4)
+        prompt = next_turn(sim, prompt, reply, "yes")
+    assert asked == [sim.model.config]
+
+
 def test_the_store_keeps_at_most_its_bytes_dropping_the_oldest_first():
     def row(tokens):
         return CachedRow(tuple(tokens), [torch.zeros(1, len(tokens), 4)], [torch.zeros(1, len(tokens), 4)], "ctx")

@@ -20,7 +20,7 @@ from baselines.integrations.trl_env import (  # noqa: E402
     task_dataset,
 )
 from scope_envs.core.dialogue import AGENT, USER  # noqa: E402
-from sims.testing import tiny_chat_model  # noqa: E402
+from sims.testing import fine_tune_on_completions, tiny_chat_model  # noqa: E402
 
 pytestmark = pytest.mark.trl
 
@@ -137,15 +137,7 @@ def warm(model, tokenizer, rows, factory, completions, steps=120):
         text = tokenizer.apply_chat_template(prompt, tools=tools, add_generation_prompt=True, tokenize=False)
         ids = tokenizer(text, add_special_tokens=False).input_ids
         sequences += [(ids, tokenizer(c, add_special_tokens=False).input_ids) for c in completions]
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for _ in range(steps):
-        for prompt_ids, completion_ids in sequences:
-            ids = torch.tensor([prompt_ids + completion_ids])
-            labels = ids.clone()
-            labels[0, : len(prompt_ids)] = -100
-            model(input_ids=ids, labels=labels).loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
+    fine_tune_on_completions(model, sequences, steps)
     return model
 
 

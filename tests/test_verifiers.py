@@ -466,9 +466,9 @@ def test_the_user_seat_trains_a_grpo_step_on_a_group_verifiers_rolled_out_and_sc
     from renderers import create_renderer
     from renderers.base import load_tokenizer
     from renderers.configs import DefaultRendererConfig
-    from verifiers_training import GenerateServer, grpo_step, one_thread, reply_logprob, warm
+    from verifiers_training import GenerateServer, grpo_step, one_thread, reply_logprob
 
-    from sims.testing import tiny_chat_model
+    from sims.testing import fine_tune_on_completions, tiny_chat_model
 
     model, tokenizer = tiny_chat_model()
     tokenizer_dir = tmp_path / "tokenizer"
@@ -487,7 +487,9 @@ def test_the_user_seat_trains_a_grpo_step_on_a_group_verifiers_rolled_out_and_sc
 
     env = {"seats": "user", "taskset": {"env": ENV, "split": SPLIT, "episodes": 1, "env_kwargs": env_kwargs}}
     with one_thread(), GenerateServer(model, "tiny-user", seed=0) as server:
-        warm(model, [(opening, reply(REFUSE)), (opening, reply(DONATE)), (second, reply(REFUSE))], steps=240)
+        fine_tune_on_completions(
+            model, [(opening, reply(REFUSE)), (opening, reply(DONATE)), (second, reply(REFUSE))], steps=240
+        )
         client = {
             "type": "train",  # verifiers' train client: it renders the tokens and records them
             "base_url": f"{server.url}/v1",

@@ -14,26 +14,27 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import numpy as np
 import torch
+from llm_server import LoopbackServer
 from transformers import DynamicCache
 
 from baselines.training.advantages import grpo
 from baselines.training.loss import BatchTotals, LossConfig, policy_loss
 
 
-class GenerateServer:
+class GenerateServer(LoopbackServer):
     """`model` served on loopback as vLLM's `/inference/v1/generate` serves one: prompt token ids
     in; sampled token ids, each with its log-prob under the sampling distribution, out. Sampling is
     seeded once per server, so a run's rollouts (played one at a time) are reproducible."""
 
     def __init__(self, model: Any, name: str, *, seed: int = 0, max_model_len: int = 4096) -> None:
+        super().__init__()
         self.model = model
         self.name = name
         self.max_model_len = max_model_len
@@ -42,47 +43,17 @@ class GenerateServer:
         self._cache_arg = "cache" if "cache" in parameters else "past_key_values"  # renamed in transformers 5
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
+    def handle_get(self, handler: BaseHTTPRequestHandler) -> None:
+        if handler.path.rstrip("/") != "/v1/models":
+            return self.send_json(handler, 404, {"error": {"message": f"no route {handler.path}"}})
+        card = {"id": self.name, "object": "model", "max_model_len": self.max_model_len}
+        self.send_json(handler, 200, {"object": "list", "data": [card]})
 
-            def do_GET(self) -> None:
-                if self.path.rstrip("/") != "/v1/models":
-                    return self._send(404, {"error": {"message": f"no route {self.path}"}})
-                card = {"id": server.name, "object": "model", "max_model_len": server.max_model_len}
-                self._send(200, {"object": "list", "data": [card]})
-
-            def do_POST(self) -> None:
-                if self.path.rstrip("/") != "/inference/v1/generate":
-                    return self._send(404, {"error": {"message": f"no route {self.path}"}})
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
-                self._send(200, server.generate(body))
-
-            def _send(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> GenerateServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    def handle_post(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        if handler.path.rstrip("/") != "/inference/v1/generate":
+            return self.send_json(handler, 404, {"error": {"message": f"no route {handler.path}"}})
+        self.send_json(handler, 200, self.generate(body))
 
     @torch.no_grad()
     def generate(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -112,20 +83,6 @@ class GenerateServer:
         sampled = [{"token": f"token_id:{t}", "logprob": lp} for t, lp in zip(completion, logprobs, strict=True)]
         choice = {"index": 0, "token_ids": completion, "logprobs": {"content": sampled}, "finish_reason": finish}
         return {"request_id": f"generate-{len(self.requests)}", "choices": [choice]}
-
-
-def warm(model: Any, examples: list[tuple[list[int], list[int]]], steps: int, lr: float = 3e-3) -> None:
-    """Supervised steps toward each (prompt ids, completion ids) example, in turn (so a prompt with
-    two completions ends up answered with either, at a temperature of 1)."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    for _ in range(steps):
-        for prompt_ids, completion_ids in examples:
-            ids = torch.tensor([prompt_ids + completion_ids])
-            labels = ids.clone()
-            labels[0, : len(prompt_ids)] = -100
-            model(input_ids=ids, labels=labels).loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
 
 
 def token_logprobs(model: Any, token_ids: list[int]) -> torch.Tensor:
