@@ -6,25 +6,20 @@ import pytest
 from scope_envs import run_episodes
 from scope_envs.core.chat import Message
 from scope_envs.p4g import P4GEnv
-from scope_envs.p4g.variants import CONCERNS, ListeningPersuadee, WaryPersuadee, is_pitch, repeats
+from scope_envs.p4g.variants import (
+    CONCERNS,
+    STUFFED,
+    ListeningPersuadee,
+    WaryPersuadee,
+    is_pitch,
+    plain_persuader,
+    repeats,
+    stuffing_persuader,
+)
 
 EAGER = "scripted:scope_envs.p4g.scripted:EagerPersuadee"
 WARY = "scripted:scope_envs.p4g.variants:WaryPersuadee"
 LISTENING = "scripted:scope_envs.p4g.variants:ListeningPersuadee"
-STUFFED = (
-    "Imagine starving children; because every dollar will help, Save the Children since 1919 is rated by "
-    "Charity Navigator. Even a small amount, I will donate too, my friend, deducted directly. "
-    "Have you heard of it? How much would you donate? Do you have kids?"
-)
-PLAIN = (
-    "Hi! Have you heard of Save the Children? It helps kids in need.",
-    "It runs schools, meals and clinics for children, and reports every program it funds.",
-    "Would you donate part of your payment? Even a little helps right now, in this crisis.",
-)
-
-
-def plain(messages, tools):
-    return PLAIN[min(sum(m["role"] == "assistant" for m in messages), len(PLAIN) - 1)]
 
 
 @pytest.fixture
@@ -38,10 +33,9 @@ def donated(p4g_dir):
 
 
 def test_keyword_stuffing_wins_the_eager_persuadee_and_not_the_held_out_ones(donated):
-    stuffed = lambda messages, tools: STUFFED  # noqa: E731
-    assert donated(stuffed, EAGER) > 0.9
-    assert donated(stuffed, WARY) < 0.25 and donated(stuffed, LISTENING) < 0.25
-    assert donated(plain, WARY) > 0.4 and donated(plain, LISTENING) > 0.3
+    assert donated(stuffing_persuader, EAGER) > 0.9
+    assert donated(stuffing_persuader, WARY) < 0.25 and donated(stuffing_persuader, LISTENING) < 0.25
+    assert donated(plain_persuader, WARY) > 0.4 and donated(plain_persuader, LISTENING) > 0.3
 
 
 def _view(persuader_turns, persuadee_turns):

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from scope_envs.core.stats import holm  # noqa: F401  (re-exported: the studies import it from here)
+
 
 def _tasks_by_trials(successes: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:
     """`[tasks, trials]` as a float array; every task needs the same number of trials."""
@@ -166,17 +168,6 @@ def welch_test(a: Sequence[float], b: Sequence[float], *, confidence: float = 0.
         float(result.pvalue),
         difference / pooled,
     )
-
-
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values, in the order given: reject where adjusted < alpha."""
-    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
-    adjusted = [0.0] * len(p_values)
-    running = 0.0
-    for rank, index in enumerate(order):
-        running = max(running, min(1.0, (len(p_values) - rank) * p_values[index]))
-        adjusted[index] = running
-    return adjusted
 
 
 @dataclass(frozen=True)

@@ -113,3 +113,26 @@ class ListeningPersuadee(ScriptedPersuadee):
             return "This sounds like a sales pitch. " + str(rng.choice(list(CONCERNS)))
         opener = str(rng.choice(["I see.", "Okay.", "Hmm."]))
         return f"{opener} {rng.choice(list(CONCERNS))}"
+
+
+# Two hand-written persuaders that show what the held-out persuadees reward: one message stuffed
+# with every strategy cue (it wins the keyword-counting persuadee, not these), and three plain
+# turns that say what the charity does with the money and then ask (they win both kinds).
+STUFFED = (
+    "Imagine starving children; because every dollar will help, Save the Children since 1919 is rated by "
+    "Charity Navigator. Even a small amount, I will donate too, my friend, deducted directly. "
+    "Have you heard of it? How much would you donate? Do you have kids?"
+)
+PLAIN = (
+    "Hi! Have you heard of Save the Children? It helps kids in need.",
+    "It runs schools, meals and clinics for children, and reports every program it funds.",
+    "Would you donate part of your payment? Even a little helps right now, in this crisis.",
+)
+
+
+def stuffing_persuader(messages: list[dict[str, Any]], tools: Any) -> str:
+    return STUFFED
+
+
+def plain_persuader(messages: list[dict[str, Any]], tools: Any) -> str:
+    return PLAIN[min(sum(m["role"] == "assistant" for m in messages), len(PLAIN) - 1)]

@@ -1,0 +1,355 @@
+"""A pre-registered study of training runs: each arm (a training config with overrides) at each seed,
+trained by `scope train` in a child process with portable kernels (`baselines.training.portable`).
+
+    python -m baselines.apps.train_study run DESIGN [--jobs 2]   # every run; a stopped sweep resumes
+    python -m baselines.apps.train_study analyze DESIGN          # keeps the runs in the docs, then the analysis
+    python -m baselines.apps.train_study verify DESIGN [--sample 2] [--steps 2] [--initial]
+
+A design is a YAML file in a benchmark's `train_studies/` folder (or a path): `title`, `out` (the runs
+folder), `docs` (where the kept runs and results go), `arms` (name: {config, overrides}), `overrides`
+(every arm's), `seeds` ([first, stop)) and `analysis`, the benchmark's module that reduces a run to
+what ships (`keep(run, target)`) and analyses kept runs (`main([*runs, "--out", docs])`).
+
+Each seed's evaluation before training (`scope eval` of a folder with no checkpoint) runs once, with
+the first arm's config, and goes to every arm's run folder as `initial.json`: the arms of a design
+differ in what they train on, not in how they are evaluated. Every run folder records what made it in
+`provenance.json` (the commit, the library versions, the kernels); a sweep refuses an uncommitted tree
+and a folder whose runs come from another commit. `verify` reruns the first `--steps` steps of sampled
+kept runs with the code of the commit each names, in a temporary git worktree, and compares every
+metric but the machine's (time, throughput, disk) bit for bit (with `--initial`, the evaluation before training too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from baselines.apps.study import LIBRARIES, PROJECT_PACKAGES, provenance, provenance_differences
+from baselines.training.portable import portable_environment
+
+ROOT = Path(__file__).resolve().parents[2]
+PROVENANCE = "provenance.json"
+INITIAL = "initial.json"
+METRICS = "metrics.jsonl"
+# Measures of the machine, not of the run: time, throughput, and the run folder's size on disk.
+MACHINE_MEASURES = ("step_time", "generated_tokens_per_s", "disk_mb")
+
+
+@dataclass(frozen=True)
+class Design:
+    title: str
+    out: Path
+    docs: Path
+    arms: dict[str, dict[str, Any]]
+    overrides: tuple[str, ...]
+    seeds: tuple[int, ...]
+    analysis: str
+
+    @classmethod
+    def load(cls, name: str | Path) -> Design:
+        from baselines.training.config import find_config
+
+        with find_config(name, kind="train_studies").open() as file:
+            values = yaml.safe_load(file)
+        first, stop = values["seeds"]
+        return cls(
+            title=values["title"],
+            out=Path(values["out"]),
+            docs=Path(values["docs"]),
+            arms={arm: {"overrides": [], **spec} for arm, spec in values["arms"].items()},
+            overrides=tuple(values.get("overrides", ())),
+            seeds=tuple(range(first, stop)),
+            analysis=values["analysis"],
+        )
+
+    def arguments(self, arm: str, seed: int, output_dir: Path) -> list[str]:
+        """`scope train`'s (or `scope eval`'s) config and overrides for one run."""
+        spec = self.arms[arm]
+        return [spec["config"], *self.overrides, *spec["overrides"], f"seed={seed}", f"output_dir={output_dir}"]
+
+    def steps(self, arm: str) -> int:
+        from baselines.training.config import load_config
+
+        return load_config(self.arms[arm]["config"], [*self.overrides, *self.arms[arm]["overrides"]]).steps
+
+    def run_folder(self, arm: str, seed: int) -> Path:
+        return self.out / f"{arm}-seed{seed}"
+
+    def initial_folder(self, seed: int) -> Path:
+        return self.out / f"initial-seed{seed}"
+
+    def runs(self) -> list[tuple[str, int]]:
+        return [(arm, seed) for seed in self.seeds for arm in self.arms]
+
+
+def steps_done(folder: Path) -> int:
+    path = folder / METRICS
+    if not path.is_file():
+        return 0
+    steps = [json.loads(line).get("step", 0) for line in path.read_text().splitlines() if line.strip()]
+    return max(steps, default=0)
+
+
+def run_provenance() -> dict[str, Any]:
+    """What a run is made from: this checkout's commit and cleanliness, and the libraries and kernels
+    of a child with the training children's environment (the portable kernels)."""
+    made = provenance()
+    program = "import json, torch; from baselines.apps.study import *; print(json.dumps(environment(LIBRARIES)))"
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=ROOT,
+        env=portable_environment(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return {**made, **json.loads(done.stdout)}
+
+
+def check_provenance(design: Design, made: dict[str, Any], *, uncommitted: bool = False) -> None:
+    """Refuses to mix: every run already under the design's folder comes from this commit."""
+    if not uncommitted and (not made["clean"] or made["commit"] is None):
+        raise SystemExit(
+            "a study runs from a committed tree: commit the changes under scope_envs, sims and baselines "
+            "first, new files included, so every run names the code it came from"
+        )
+    for path in sorted(design.out.glob(f"*/{PROVENANCE}")):
+        recorded = json.loads(path.read_text()).get("commit")
+        if recorded != made["commit"]:
+            raise SystemExit(
+                f"{path} was made at commit {recorded}, this is {made['commit']}: a study's runs come from "
+                f"one commit; run it from a worktree of that commit, or move {design.out} away"
+            )
+
+
+def _child(command: list[str], log: Path) -> subprocess.CompletedProcess:
+    with log.open("a") as output:
+        return subprocess.run(
+            [sys.executable, "-m", "baselines.cli", *command],
+            cwd=ROOT,
+            env=portable_environment(),
+            stdout=subprocess.PIPE,
+            stderr=output,
+            text=True,
+            check=False,
+        )
+
+
+def evaluate_initial(design: Design, seed: int) -> Path:
+    folder = design.initial_folder(seed)
+    target = folder / INITIAL
+    if target.is_file():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    first = next(iter(design.arms))
+    done = _child(["eval", *design.arguments(first, seed, folder)], folder / "eval.log")
+    if done.returncode != 0:
+        raise RuntimeError(f"the evaluation before training of seed {seed} failed: see {folder / 'eval.log'}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    target.write_text(json.dumps(result) + "\n")
+    return target
+
+
+def train(design: Design, arm: str, seed: int, made: dict[str, Any]) -> Path:
+    folder = design.run_folder(arm, seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / PROVENANCE).is_file():
+        (folder / PROVENANCE).write_text(json.dumps(made, indent=1, sort_keys=True) + "\n")
+    if steps_done(folder) < design.steps(arm):
+        done = _child(["train", *design.arguments(arm, seed, folder), "--resume"], folder / "train.log")
+        if done.returncode != 0:
+            raise RuntimeError(f"{folder.name} failed: see {folder / 'train.log'}")
+    return folder
+
+
+def run(design: Design, *, jobs: int = 2, uncommitted: bool = False, progress: bool = True) -> list[Path]:
+    """Every run of the design not finished yet, `jobs` at a time, then each seed's step 0 beside its runs."""
+    from tqdm.auto import tqdm
+
+    made = run_provenance()
+    check_provenance(design, made, uncommitted=uncommitted)
+    total = sum(design.steps(arm) for arm, _ in design.runs())
+
+    def done_steps() -> int:
+        return sum(min(steps_done(design.run_folder(arm, seed)), design.steps(arm)) for arm, seed in design.runs())
+
+    with (
+        ThreadPoolExecutor(max_workers=jobs) as pool,
+        tqdm(total=total, initial=done_steps(), desc=design.title[:40], unit="step", disable=not progress) as bar,
+    ):
+        pending: set[Future] = {pool.submit(evaluate_initial, design, seed) for seed in design.seeds}
+        pending |= {pool.submit(train, design, arm, seed, made) for arm, seed in design.runs()}
+        while pending:
+            finished, pending = wait(pending, timeout=30, return_when=FIRST_COMPLETED)
+            for future in finished:
+                future.result()
+            bar.update(done_steps() - bar.n)
+    folders = []
+    for arm, seed in design.runs():
+        folder = design.run_folder(arm, seed)
+        shutil.copyfile(design.initial_folder(seed) / INITIAL, folder / INITIAL)
+        folders.append(folder)
+    return folders
+
+
+def analyze(design: Design) -> Path:
+    """Keeps each finished run in the docs (the analysis' `keep`, plus its provenance), then analyses them."""
+    analysis = importlib.import_module(design.analysis)
+    kept = []
+    for arm, seed in design.runs():
+        folder = design.run_folder(arm, seed)
+        if steps_done(folder) < design.steps(arm) or not (folder / INITIAL).is_file():
+            raise SystemExit(f"{folder} is not finished: `run` first")
+        target = analysis.keep(folder, design.docs / folder.name)
+        shutil.copyfile(folder / PROVENANCE, target / PROVENANCE)
+        kept.append(target)
+    analysis.main([*map(str, kept), "--out", str(design.docs)])
+    return design.docs
+
+
+# What a rerun runs in a worktree of the recorded commit: the project's packages from the worktree
+# only (put first on the path, and checked after), the command, then the environment it computed in.
+_RERUN = """
+import json, os, sys
+request = json.loads(sys.stdin.read())
+tree = os.path.realpath(request["tree"])
+sys.path.insert(0, tree)
+from baselines.cli import main
+code = main(request["command"])
+elsewhere = [
+    name for name, module in list(sys.modules.items())
+    if name.partition(".")[0] in request["packages"] and getattr(module, "__file__", None)
+    and not os.path.realpath(module.__file__).startswith(tree + os.sep)
+]
+if code or elsewhere:
+    sys.exit(f"exit {code}; imported from outside the recorded commit: {elsewhere}")
+from baselines.apps.study import environment
+print(json.dumps(environment(tuple(request["libraries"]))))
+"""
+
+
+def rerun(commit: str | None, command: list[str]) -> tuple[str, dict[str, Any]]:
+    """`scope COMMAND` with the code of `commit` (None: this checkout's), in portable kernels: its
+    standard output and the environment it ran in."""
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = ROOT
+        if commit is not None:
+            tree = Path(scratch) / "tree"
+            subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), commit], cwd=ROOT, check=True)
+        try:
+            request = {"tree": str(tree), "command": command, "packages": PROJECT_PACKAGES, "libraries": LIBRARIES}
+            done = subprocess.run(
+                [sys.executable, "-c", _RERUN],
+                input=json.dumps(request),
+                capture_output=True,
+                text=True,
+                cwd=tree,
+                env=portable_environment(),
+                check=False,
+            )
+        finally:
+            if commit is not None:
+                subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the rerun at {commit or 'this checkout'} failed:\n{done.stderr[-3000:]}")
+    *output, made = done.stdout.strip().splitlines()
+    return "\n".join(output), json.loads(made)
+
+
+def without_machine_measures(record: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in record.items() if key not in MACHINE_MEASURES}
+
+
+def verify_run(kept: Path, steps: int, *, initial: bool = False, here: bool = False) -> list[str]:
+    """Reruns a kept run's first `steps` steps (and with `initial` its step 0) and lists what differs."""
+    recorded = json.loads((kept / PROVENANCE).read_text())
+    commit = None if here else recorded["commit"]
+    differences = []
+    with tempfile.TemporaryDirectory() as scratch:
+        output = Path(scratch) / "run"
+        command = ["train", str((kept / "config.yaml").resolve()), f"steps={steps}", f"output_dir={output}"]
+        _, made = rerun(commit, command)
+        again = [without_machine_measures(json.loads(line)) for line in (output / METRICS).read_text().splitlines()]
+        before = [json.loads(line) for line in (kept / METRICS).read_text().splitlines()]
+        before = [without_machine_measures(record) for record in before if record.get("step", 0) <= steps]
+        for old, new in zip(before, again, strict=False):
+            differences += [
+                f"step {old.get('step')}: {key} {new.get(key)!r} != recorded {value!r}"
+                for key, value in old.items()
+                if new.get(key) != value
+            ]
+        if len(before) != len(again):
+            differences.append(f"{len(again)} metric records in the rerun, {len(before)} recorded")
+        if initial:
+            folder = Path(scratch) / "initial"
+            printed, made = rerun(commit, ["eval", str((kept / "config.yaml").resolve()), f"output_dir={folder}"])
+            value = json.loads(printed.splitlines()[-1])
+            recorded_initial = json.loads((kept / INITIAL).read_text())
+            if value != recorded_initial:
+                differences.append(f"evaluation before training {value} != recorded {recorded_initial}")
+    if differences:
+        beside = "; ".join(provenance_differences(recorded, {**made, "commit": commit or recorded["commit"]}))
+        differences = [f"{kept.name} {line} (provenance differing: {beside or 'none'})" for line in differences]
+    return differences
+
+
+def verify(
+    design: Design, *, sample: int, steps: int, initial: bool = False, here: bool = False, seed: int = 0
+) -> list[str]:
+    kept = sorted(folder.parent for folder in design.docs.glob(f"*/{PROVENANCE}"))
+    if not kept:
+        raise SystemExit(f"no kept runs in {design.docs}: `analyze` first")
+    chosen = np.random.default_rng(seed).choice(len(kept), size=min(sample, len(kept)), replace=False)
+    differences = []
+    for index in sorted(chosen):
+        started = time.perf_counter()
+        found = verify_run(kept[index], steps, initial=initial, here=here)
+        differences += found
+        state = "identical" if not found else f"{len(found)} differences"
+        print(f"reran {kept[index].name}: {state} ({time.perf_counter() - started:.0f} s)", flush=True)
+    return differences
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m baselines.apps.train_study", description=__doc__.split("\n")[0])
+    parser.add_argument("action", choices=["run", "analyze", "verify"])
+    parser.add_argument("design", help="a design in a benchmark's train_studies/ folder, or a YAML path")
+    parser.add_argument("--jobs", type=int, default=2, help="run: runs trained at once")
+    parser.add_argument(
+        "--uncommitted", action="store_true", help="run: from a tree with uncommitted changes (to try it out)"
+    )
+    parser.add_argument("--sample", type=int, default=2, help="verify: kept runs to rerun")
+    parser.add_argument("--steps", type=int, default=2, help="verify: steps of each to rerun")
+    parser.add_argument("--initial", action="store_true", help="verify: rerun the evaluation before training too")
+    parser.add_argument("--here", action="store_true", help="verify with this checkout's code, not the recorded commit")
+    args = parser.parse_args(argv)
+    design = Design.load(args.design)
+    if args.action == "run":
+        folders = run(design, jobs=args.jobs, uncommitted=args.uncommitted)
+        print(f"{len(folders)} runs finished under {design.out}")
+    elif args.action == "analyze":
+        print(f"results: {analyze(design)}")
+    else:
+        differences = verify(design, sample=args.sample, steps=args.steps, initial=args.initial, here=args.here)
+        for line in differences:
+            print(f"DIFFERS: {line}")
+        print("all identical" if not differences else "differences found")
+        return 1 if differences else 0
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
