@@ -108,6 +108,16 @@ CHATML_TEMPLATE = (
 )
 
 
+# The sizes of the tiny decoders tests build: a few thousand parameters, milliseconds a step.
+TINY_DECODER = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+}
+
+
 def tiny_chat_model(seed: int = 0) -> tuple[Any, Any]:
     """A randomly initialised Llama-architecture model and a byte-level BPE tokenizer with a ChatML
     template, built locally in well under a second: a real transformers model for tests."""
@@ -131,11 +141,7 @@ def tiny_chat_model(seed: int = 0) -> tuple[Any, Any]:
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(fast),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
+        **TINY_DECODER,
         max_position_embeddings=2048,
         pad_token_id=fast.pad_token_id,
         eos_token_id=fast.eos_token_id,

@@ -10,7 +10,7 @@ pytest.importorskip("transformers")
 from baselines.training.policy import LMPolicy  # noqa: E402
 from sims.hf_backend import HFSimulator  # noqa: E402
 from sims.prefix_cache import CachedRow, PrefixStore  # noqa: E402
-from sims.testing import tiny_chat_model  # noqa: E402
+from sims.testing import TINY_DECODER, tiny_chat_model  # noqa: E402
 
 OPENINGS = [
     [{"role": "system", "content": "You help."}, {"role": "user", "content": "give dollars to children"}],
@@ -124,11 +124,7 @@ def test_a_sliding_window_model_reads_every_prompt_whole_decided_once_per_model(
     torch.manual_seed(0)
     config = MistralConfig(
         vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
+        **TINY_DECODER,
         sliding_window=4096,  # sliding-window layers, wider than any prompt here: a fresh read is exact
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,

@@ -181,10 +181,11 @@ def run(design: Design, *, jobs: int = 2, uncommitted: bool = False, progress: b
 
     made = run_provenance()
     check_provenance(design, made, uncommitted=uncommitted)
-    total = sum(design.steps(arm) for arm, _ in design.runs())
+    steps = {arm: design.steps(arm) for arm in design.arms}
+    total = sum(steps[arm] for arm, _ in design.runs())
 
     def done_steps() -> int:
-        return sum(min(steps_done(design.run_folder(arm, seed)), design.steps(arm)) for arm, seed in design.runs())
+        return sum(min(steps_done(design.run_folder(arm, seed)), steps[arm]) for arm, seed in design.runs())
 
     with (
         ThreadPoolExecutor(max_workers=jobs) as pool,
