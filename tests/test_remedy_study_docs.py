@@ -52,8 +52,8 @@ def test_the_pilot_record_holds_every_check_arm_at_every_pilot_seed():
 def test_the_results_are_the_analysis_of_the_recorded_runs():
     """Recomputed from runs.jsonl alone (the same code as `analyze`): every check and every verdict."""
     pytest.importorskip("scipy")
-    from baselines.apps.stats import holm
     from baselines.apps.verdicts import manipulation_checks, remedy_tests, remedy_verdicts, untestable_reason
+    from scope_envs.core.stats import holm
 
     results = json.loads((STUDY / "results.json").read_text())
     runs = [json.loads(line) for line in (STUDY / "runs.jsonl").read_text().splitlines()]

@@ -11,7 +11,6 @@ pytest.importorskip("scipy")
 from baselines.apps.stats import (
     bootstrap_interval,
     flip_rate,
-    holm,
     minimum_detectable_difference,
     mixed_share,
     paired_comparison,
@@ -19,6 +18,7 @@ from baselines.apps.stats import (
     pass_hat_k_per_task,
     welch_test,
 )
+from scope_envs.core.stats import holm
 
 # three tasks, four trials: always, half the time, never
 TRIALS = [[1, 1, 1, 1], [1, 0, 1, 0], [0, 0, 0, 0]]

@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from baselines.apps import study
+from baselines.apps import provenance, study
 from baselines.apps.demo import DemoSettings, run_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,16 +151,16 @@ def test_a_differing_rerun_names_the_provenance_entries_that_differ(recorded, tm
 
 
 def test_provenance_names_the_platform_a_result_depends_on():
-    platform = study.provenance()["platform"]
-    assert set(platform) == set(study.PLATFORM_LABELS)
+    platform = provenance.provenance()["platform"]
+    assert set(platform) == set(provenance.PLATFORM_LABELS)
     assert platform["machine"]
 
 
 def test_provenance_differences_are_named_and_missing_entries_are_not_recorded():
     recorded = {"commit": "a", "python": "3.11.7", "versions": {"torch": "2.12.0"}}
     here = {**recorded, "versions": {"torch": "2.13.0"}, "platform": {"torch_threads": 1}}
-    assert study.provenance_differences(recorded, here) == [
+    assert provenance.provenance_differences(recorded, here) == [
         "torch 2.12.0 (recorded) vs 2.13.0 (here)",
         "torch intra-op threads not recorded (1 here)",
     ]
-    assert study.provenance_differences(here, here) == []
+    assert provenance.provenance_differences(here, here) == []

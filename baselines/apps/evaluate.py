@@ -321,12 +321,12 @@ def summarize(
         bootstrap_interval,
         flip_rate,
         flip_rate_per_task,
-        holm,
         minimum_detectable_difference,
         mixed_share,
         paired_comparison,
         pass_hat_k,
     )
+    from scope_envs.core.stats import holm
 
     training = training or {}
     cells = []

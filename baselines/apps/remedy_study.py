@@ -30,8 +30,8 @@ from typing import Any
 import yaml
 
 from baselines.apps.demo import LABELS, DemoSettings, mean_interval, pool_diversity, run_config, vs_fidelity
-from baselines.apps.stats import holm
-from baselines.apps.study import FINAL, check_provenance, provenance, run_configs, write_record
+from baselines.apps.provenance import provenance
+from baselines.apps.study import FINAL, check_provenance, run_configs, write_record
 from baselines.apps.verdicts import (
     ALPHA,
     CHECK_ARMS,
@@ -45,6 +45,7 @@ from baselines.apps.verdicts import (
     untestable_reason,
 )
 from scope_envs.core.jsonable import finite_or_null
+from scope_envs.core.stats import holm
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@
   that is sampled when a benchmark's tasks are a sample of possible tasks.
 * `paired_comparison`: two agents on the same tasks, the mean per-task difference with a
   bootstrap interval and a Wilcoxon signed-rank p-value.
-* `welch_test` and `holm`: two independent groups of runs (seeds), and Holm's step-down
-  correction of a family of p-values.
+* `welch_test`: two independent groups of runs (seeds); Holm's correction of a family of p-values
+  is `scope_envs.core.stats.holm`, shared with the benchmarks' own analyses.
 * `flip_rate`: how often a task's outcome differs between two identical runs.
 * `minimum_detectable_difference`: the smallest true difference a two-sided test over n paired
   tasks detects with the given power (normal approximation).
@@ -21,8 +21,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-
-from scope_envs.core.stats import holm  # noqa: F401  (re-exported: the studies import it from here)
 
 
 def _tasks_by_trials(successes: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:

@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
-import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, replace
@@ -31,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from baselines.apps.demo import LABELS, DemoSettings, final_values, mean_interval, run_config
-from baselines.training.portable import kernels_in_use, portable_environment, portable_pool
+from baselines.apps.provenance import provenance, provenance_differences, refuse_mixed_commits, run_at_commit
+from baselines.training.portable import kernels_in_use, portable_pool
 
 # The design, as pre-registered: cells, arms, seeds, and the decision rule's constants.
 GAMMAS = (1.0, 3.0, 10.0)
@@ -49,7 +48,6 @@ FOLLOW_UP_SEEDS = tuple(range(20, 40))
 FOLLOW_UP_OUT = "runs/study-v1-followup"
 FINAL = "final.json"
 NOT_OUTCOMES = ("seconds", "target", "provenance")  # what a run's final.json holds beside its outcomes
-LIBRARIES = ("numpy", "torch", "scipy", "gymnasium", "pettingzoo")
 
 
 @dataclass(frozen=True)
@@ -82,99 +80,13 @@ def cell_settings(base: DemoSettings, cell: Cell, out: Path) -> DemoSettings:
 # ---- provenance ----------------------------------------------------------------------------------
 
 
-# What beside the code and the library versions can change a run's numbers, as `verify` names it
-# (`baselines.training.portable.kernels_in_use`).
-PLATFORM_LABELS = {
-    "machine": "machine",
-    "numpy": "numpy",
-    "numpy_baseline": "numpy baseline instructions",
-    "numpy_dispatch": "numpy dispatched instructions",
-    "mkl_cbwr": "MKL_CBWR",
-    "torch": "torch",
-    "torch_cpu_capability": "torch CPU capability",
-    "torch_threads": "torch intra-op threads",
-}
-
-
-def provenance() -> dict[str, Any]:
-    """What a run was made from: the commit, whether the tree held uncommitted changes, and `environment`."""
-    root = Path(__file__).resolve().parents[2]
-
-    def git(*args: str) -> str:
-        try:
-            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            return ""
-
-    # an untracked module counts: the commit a run records would lack it
-    changes = git("status", "--porcelain", "--untracked-files=normal", "--", "scope_envs", "sims", "baselines")
-    return {"commit": git("rev-parse", "HEAD") or None, "clean": changes == "", **environment(LIBRARIES)}
-
-
-# `environment` and the functions it calls also run in the rerun child, which must not import this
-# checkout's code: their source travels with it (`_rerun_program`), so they import nothing of the project.
-
-
-def environment(libraries: tuple[str, ...]) -> dict[str, Any]:
-    """The interpreter, the versions of `libraries` and the kernels in use (`kernels_in_use`)."""
-    import sys
-
-    return {"python": sys.version.split()[0], "versions": library_versions(libraries), "platform": kernels_in_use()}
-
-
-def library_versions(libraries: tuple[str, ...]) -> dict[str, str | None]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    versions = {}
-    for name in libraries:
-        try:
-            versions[name] = version(name)
-        except PackageNotFoundError:
-            versions[name] = None
-    return versions
-
-
-def provenance_entries(made: dict[str, Any]) -> dict[str, Any]:
-    """The entries of a provenance that can change a result, by the name `verify` reports them under."""
-    entries = {label: made[key] for key, label in (("commit", "commit"), ("python", "Python")) if key in made}
-    entries.update(made.get("versions", {}))
-    entries.update({PLATFORM_LABELS.get(key, key): value for key, value in made.get("platform", {}).items()})
-    return entries
-
-
-def provenance_differences(recorded: dict[str, Any], here: dict[str, Any]) -> list[str]:
-    """Each entry that differs between a recorded run's provenance and its rerun's, named; an entry
-    the record lacks (older records have no platform) is "not recorded"."""
-    before, now = provenance_entries(recorded), provenance_entries(here)
-    differences = []
-    for name in dict.fromkeys([*before, *now]):
-        if name not in before:
-            differences.append(f"{name} not recorded ({_shown(now[name])} here)")
-        elif name not in now:
-            differences.append(f"{name} {_shown(before[name])} (recorded), not reported here")
-        elif before[name] != now[name]:
-            differences.append(f"{name} {_shown(before[name])} (recorded) vs {_shown(now[name])} (here)")
-    return differences
-
-
-def _shown(value: Any) -> str:
-    return "unset" if value is None else str(value)
-
-
 def check_provenance(out: Path, current: dict[str, Any]) -> None:
     """Refuses to mix: every run already under `out` must come from this commit, clean."""
-    if not current["clean"] or current["commit"] is None:
-        raise SystemExit(
-            "the study runs from a committed tree: commit (or stash) the changes under scope_envs, "
-            "sims and baselines first, new files included, so every run names the code it came from"
-        )
-    for path in sorted(out.glob(f"*/runs/*/{FINAL}")):
-        made = json.loads(path.read_text()).get("provenance", {})
-        if made.get("commit") != current["commit"]:
-            raise SystemExit(
-                f"{path} was made at commit {made.get('commit')}, this is {current['commit']}: a "
-                f"study's runs come from one commit; use another --out, or rerun the study"
-            )
+    recorded = [
+        (path, json.loads(path.read_text()).get("provenance", {}).get("commit"))
+        for path in sorted(out.glob(f"*/runs/*/{FINAL}"))
+    ]
+    refuse_mixed_commits(current, recorded, "use another --out, or rerun the study")
 
 
 # ---- running -------------------------------------------------------------------------------------
@@ -302,7 +214,8 @@ class Test:
 def remedy_tests(out: Path, cells: list[Cell]) -> list[Test]:
     """H1 (VS) and H2 (Population) against single in every qualifying cell, paired by seed, Holm
     over the whole family."""
-    from baselines.apps.stats import holm, paired_t_test
+    from baselines.apps.stats import paired_t_test
+    from scope_envs.core.stats import holm
 
     tests = []
     for cell in cells:
@@ -426,7 +339,8 @@ def write_results(out: Path, docs: Path) -> Path:
 def follow_up_lines(out: Path) -> tuple[list[str], dict[str, Any]]:
     """The follow-up's tests: G confirmed first (paired t, alpha 0.05); then, only if it is,
     H1 and H2 with Holm over the two."""
-    from baselines.apps.stats import holm, paired_t_test
+    from baselines.apps.stats import paired_t_test
+    from scope_envs.core.stats import holm
 
     cell, seeds = FOLLOW_UP_CELL, FOLLOW_UP_SEEDS
     finals = {arm: load_finals(out, cell, arm, seeds) for arm in ARMS}
@@ -529,102 +443,26 @@ def rerun_here(config: dict[str, Any], target: str | None) -> tuple[dict[str, An
     return {k: v for k, v in result.items() if k not in NOT_OUTCOMES}, result["provenance"]
 
 
-# The project's top-level packages: a rerun at a commit takes them from that commit's tree only.
-PROJECT_PACKAGES = ("scope_envs", "sims", "baselines", "scope_verifiers")
-
-# What the child process runs in a worktree of the recorded commit. Before it imports anything of the
-# project, it puts first on sys.meta_path a finder that takes the project's packages from the worktree or
-# fails: an editable install's finder (and a path .pth, or a wheel) would otherwise supply whatever the
-# commit lacks from the installed checkout, mixing its code with the commit's. It runs only the demo's
-# training and outcome functions, which every commit of the v1 study has (in `baselines.demo` before the
-# package was regrouped), and refuses to report if any project module came from outside the worktree.
-_RERUN = """
-import importlib.machinery
-import json
-import os
-import sys
-
-request = json.loads(sys.stdin.read())
-tree, packages = os.path.realpath(request["tree"]), set(request["packages"])
-
-
-class RecordedCommitFinder:
-    @classmethod
-    def find_spec(cls, name, path=None, target=None):
-        if name.partition(".")[0] not in packages:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path if "." in name else [tree])
-        if spec is None:
-            raise ModuleNotFoundError(f"No module named {name!r} at the recorded commit", name=name)
-        return spec
-
-
-def loaded_from_elsewhere():
-    elsewhere = []
-    for name, module in list(sys.modules.items()):
-        if name.partition(".")[0] in packages:
-            file = getattr(module, "__file__", None)
-            places = [file] if file else list(getattr(module, "__path__", []))
-            elsewhere += [f"{name} from {place}" for place in places if not inside(place)]
-    return elsewhere
-
-
-def inside(place):
-    return os.path.realpath(place).startswith(tree + os.sep)
-
-
-sys.meta_path.insert(0, RecordedCommitFinder)
+# What a rerun at the recorded commit runs: the demo's training and outcome functions, which every
+# commit of the v1 study has (in `baselines.demo` before the package was regrouped).
+RERUN_A_DEMO_RUN = """
 try:
     from baselines.apps.demo import _train, final_values
 except ModuleNotFoundError:
     from baselines.demo import _train, final_values
 config, target = request["config"], request["target"]
-outcome = final_values(_train(config), max(config["steps"] // 10, 1), target)
-if elsewhere := loaded_from_elsewhere():
-    sys.exit("the rerun imported code from outside the recorded commit: " + ", ".join(elsewhere))
-print(json.dumps({"outcome": outcome, "provenance": environment(tuple(request["libraries"]))}))
+reply = final_values(_train(config), max(config["steps"] // 10, 1), target)
 """
 
 
-def _rerun_program() -> str:
-    import inspect
-
-    shipped = (environment, library_versions, kernels_in_use)
-    return "\n\n".join(["from __future__ import annotations", *map(inspect.getsource, shipped), _RERUN])
-
-
 def rerun_at(commit: str, config: dict[str, Any], target: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """`rerun_here` with the code of `commit` only: a temporary git worktree of it, in a child process."""
+    """`rerun_here` with the code of `commit` only (`baselines.apps.provenance.run_at_commit`)."""
     import tempfile
 
-    root = Path(__file__).resolve().parents[2]
     with tempfile.TemporaryDirectory() as scratch:
-        tree = Path(scratch) / "tree"
-        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), commit], cwd=root, check=True)
-        try:
-            config = {**config, "output_dir": str(Path(scratch) / "run")}
-            request = {
-                "tree": str(tree),
-                "packages": PROJECT_PACKAGES,
-                "config": config,
-                "target": target,
-                "libraries": LIBRARIES,
-            }
-            done = subprocess.run(
-                [sys.executable, "-c", _rerun_program()],
-                input=json.dumps(request),
-                capture_output=True,
-                text=True,
-                cwd=tree,
-                env=portable_environment(),  # as the recorded runs computed (baselines.training.portable)
-                check=False,
-            )
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=root, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"rerunning at {commit} failed:\n{done.stderr[-2000:]}")
-    reply = json.loads(done.stdout.strip().splitlines()[-1])
-    return reply["outcome"], {"commit": commit, **reply["provenance"]}
+        config = {**config, "output_dir": str(Path(scratch) / "run")}
+        outcome, made = run_at_commit(commit, RERUN_A_DEMO_RUN, {"config": config, "target": target})
+    return outcome, {"commit": commit, **made}
 
 
 def verify(record: Path, sample: int, *, seed: int = 0, here: bool = False) -> list[str]:

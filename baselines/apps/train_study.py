@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from baselines.apps.study import LIBRARIES, PROJECT_PACKAGES, provenance, provenance_differences
+from baselines.apps.provenance import provenance, provenance_differences, refuse_mixed_commits, run_at_commit
 from baselines.training.portable import portable_environment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +107,7 @@ def run_provenance() -> dict[str, Any]:
     """What a run is made from: this checkout's commit and cleanliness, and the libraries and kernels
     of a child with the training children's environment (the portable kernels)."""
     made = provenance()
-    program = "import json, torch; from baselines.apps.study import *; print(json.dumps(environment(LIBRARIES)))"
+    program = "import json, torch; from baselines.apps.provenance import *; print(json.dumps(environment(LIBRARIES)))"
     done = subprocess.run(
         [sys.executable, "-c", program],
         cwd=ROOT,
@@ -121,18 +121,11 @@ def run_provenance() -> dict[str, Any]:
 
 def check_provenance(design: Design, made: dict[str, Any], *, uncommitted: bool = False) -> None:
     """Refuses to mix: every run already under the design's folder comes from this commit."""
-    if not uncommitted and (not made["clean"] or made["commit"] is None):
-        raise SystemExit(
-            "a study runs from a committed tree: commit the changes under scope_envs, sims and baselines "
-            "first, new files included, so every run names the code it came from"
-        )
-    for path in sorted(design.out.glob(f"*/{PROVENANCE}")):
-        recorded = json.loads(path.read_text()).get("commit")
-        if recorded != made["commit"]:
-            raise SystemExit(
-                f"{path} was made at commit {recorded}, this is {made['commit']}: a study's runs come from "
-                f"one commit; run it from a worktree of that commit, or move {design.out} away"
-            )
+    if uncommitted:
+        made = {**made, "clean": True, "commit": made["commit"] or "uncommitted"}
+    folders = sorted(design.out.glob(f"*/{PROVENANCE}"))
+    recorded = [(path, json.loads(path.read_text()).get("commit")) for path in folders]
+    refuse_mixed_commits(made, recorded, f"run it from a worktree of that commit, or move {design.out} away")
 
 
 def _child(command: list[str], log: Path) -> subprocess.CompletedProcess:
@@ -221,53 +214,23 @@ def analyze(design: Design) -> Path:
     return design.docs
 
 
-# What a rerun runs in a worktree of the recorded commit: the project's packages from the worktree
-# only (put first on the path, and checked after), the command, then the environment it computed in.
-_RERUN = """
-import json, os, sys
-request = json.loads(sys.stdin.read())
-tree = os.path.realpath(request["tree"])
-sys.path.insert(0, tree)
+# What a rerun at the recorded commit runs: one `scope` command; its reply is what the command printed.
+RERUN_A_COMMAND = """
+import contextlib, io
 from baselines.cli import main
-code = main(request["command"])
-elsewhere = [
-    name for name, module in list(sys.modules.items())
-    if name.partition(".")[0] in request["packages"] and getattr(module, "__file__", None)
-    and not os.path.realpath(module.__file__).startswith(tree + os.sep)
-]
-if code or elsewhere:
-    sys.exit(f"exit {code}; imported from outside the recorded commit: {elsewhere}")
-from baselines.apps.study import environment
-print(json.dumps(environment(tuple(request["libraries"]))))
+printed = io.StringIO()
+with contextlib.redirect_stdout(printed):
+    code = main(request["command"])
+if code:
+    sys.exit(f"scope {request['command'][0]} exited {code}")
+reply = printed.getvalue()
 """
 
 
 def rerun(commit: str | None, command: list[str]) -> tuple[str, dict[str, Any]]:
     """`scope COMMAND` with the code of `commit` (None: this checkout's), in portable kernels: its
     standard output and the environment it ran in."""
-    with tempfile.TemporaryDirectory() as scratch:
-        tree = ROOT
-        if commit is not None:
-            tree = Path(scratch) / "tree"
-            subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), commit], cwd=ROOT, check=True)
-        try:
-            request = {"tree": str(tree), "command": command, "packages": PROJECT_PACKAGES, "libraries": LIBRARIES}
-            done = subprocess.run(
-                [sys.executable, "-c", _RERUN],
-                input=json.dumps(request),
-                capture_output=True,
-                text=True,
-                cwd=tree,
-                env=portable_environment(),
-                check=False,
-            )
-        finally:
-            if commit is not None:
-                subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"the rerun at {commit or 'this checkout'} failed:\n{done.stderr[-3000:]}")
-    *output, made = done.stdout.strip().splitlines()
-    return "\n".join(output), json.loads(made)
+    return run_at_commit(commit, RERUN_A_COMMAND, {"command": command})
 
 
 def without_machine_measures(record: dict[str, Any]) -> dict[str, Any]:

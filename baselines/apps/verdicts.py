@@ -34,7 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from baselines.apps.stats import PairedTest, holm, paired_t_test
+from baselines.apps.stats import PairedTest, paired_t_test
+from scope_envs.core.stats import holm
 
 ALPHA = 0.05
 POWER = 0.8
