@@ -107,7 +107,7 @@ def test_verify_reruns_a_record_with_the_code_of_its_commit(tmp_path):
         "config": config,
         "target": target,
         "outcome": {**truth, "heldout_success": truth["heldout_success"] + 0.5},
-        "provenance": {"commit": commit.stdout.strip()},
+        "provenance": {"commit": commit.stdout.strip(), "clean": True},
     }
     record = tmp_path / "runs.jsonl"
     record.write_text(json.dumps(entry) + "\n")

@@ -164,3 +164,48 @@ def test_provenance_differences_are_named_and_missing_entries_are_not_recorded()
         "torch intra-op threads not recorded (1 here)",
     ]
     assert provenance.provenance_differences(here, here) == []
+
+
+def test_a_record_without_a_clean_commit_is_not_rerun_at_one(tmp_path):
+    """No commit holds the code of a run made from a changed tree, or of one that names no commit: `verify`
+    says so instead of rerunning this checkout's code under the record's name."""
+    with pytest.raises(ValueError, match="no commit to rerun at"):
+        provenance.run_at_commit(None, "reply = 1", {})
+    for record in ({"commit": None, "clean": True}, {"commit": "abc", "clean": False}, {"commit": "abc"}):
+        with pytest.raises(SystemExit, match="cannot be rerun at a commit"):
+            provenance.recorded_commit(record, "a run")
+    assert provenance.recorded_commit({"commit": "abc", "clean": True}, "a run") == "abc"
+    run = {"cell": CELL.name, "arm": "single", "seed": 0, "config": {}, "outcome": {}}
+    (tmp_path / "runs.jsonl").write_text(json.dumps({**run, "provenance": {"commit": None, "clean": True}}) + "\n")
+    with pytest.raises(SystemExit, match="cannot be rerun at a commit"):
+        study.verify(tmp_path / "runs.jsonl", 1)
+
+
+def test_a_change_to_any_of_the_project_s_packages_makes_a_tree_unclean(tmp_path):
+    """The root module (scope_verifiers.py) counts as much as a package folder."""
+    repo = tmp_path / "repo"
+    for name in provenance.PROJECT_PACKAGES:
+        path = repo / name / "__init__.py" if (ROOT / name).is_dir() else repo / f"{name}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "packages"], cwd=repo, check=True)
+    assert provenance.provenance(repo)["clean"]
+    for name in provenance.project_paths(repo):
+        path = repo / name / "__init__.py" if (repo / name).is_dir() else repo / name
+        path.write_text("changed = True\n")
+        assert not provenance.provenance(repo)["clean"], name
+        subprocess.run(["git", "checkout", "-q", "--", "."], cwd=repo, check=True)
+
+
+def test_which_data_settings_were_set_is_recorded_and_named_when_it_differs(monkeypatch):
+    monkeypatch.setenv("SCOPE_EXAMPLE_DATA", "/anywhere")
+    monkeypatch.delenv("SCOPE_OTHER_DATA", raising=False)
+    made = provenance.provenance()
+    assert made["data"]["SCOPE_EXAMPLE_DATA"] == "set" and "/anywhere" not in json.dumps(made)
+    unset = {**made, "data": {k: v for k, v in made["data"].items() if k != "SCOPE_EXAMPLE_DATA"}}
+    assert provenance.provenance_differences(made, unset) == ["$SCOPE_EXAMPLE_DATA set (recorded) vs unset (here)"]
+    older = {key: value for key, value in made.items() if key != "data"}
+    assert "$SCOPE_EXAMPLE_DATA not recorded (set here)" in provenance.provenance_differences(older, made)

@@ -3,7 +3,9 @@ portable kernels, keeps them with their provenance, and `verify` reruns kept run
 what differs. The design is the exploitation study's, with a tiny random model and two steps."""
 
 import json
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,14 +59,15 @@ def test_every_arm_runs_its_steps_with_the_seed_s_step_zero_and_portable_kernels
     assert "**No verdict: " in report and "exploit-seed0: last evaluation at step 2, not 100" in report
 
 
-def test_verify_reruns_kept_runs_bit_for_bit_and_names_a_changed_metric(kept):
+def test_verify_reruns_kept_runs_bit_for_bit_and_names_a_changed_metric(kept, tmp_path):
     assert train_study.verify(kept, sample=2, steps=2, initial=True, here=True) == []
-    metrics = kept.docs / "exploit-seed0" / "metrics.jsonl"
+    shutil.copytree(kept.docs / "exploit-seed0", tmp_path / "exploit-seed0")
+    metrics = tmp_path / "exploit-seed0" / "metrics.jsonl"
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     records[1]["loss"] = records[1]["loss"] + 1e-12  # one last bit, as another CPU's kernels would
     records[0]["step_time"] = 1e9  # a machine measure: never compared
     metrics.write_text("".join(json.dumps(record) + "\n" for record in records))
-    found = train_study.verify_run(kept.docs / "exploit-seed0", 2, here=True)
+    found = train_study.verify_run(tmp_path / "exploit-seed0", 2, here=True)
     assert len(found) == 1 and "step 2: loss" in found[0]
     assert "step_time" in MACHINE_MEASURES
 
@@ -74,10 +77,95 @@ def test_a_sweep_refuses_an_uncommitted_tree_and_runs_of_another_commit(tmp_path
     with pytest.raises(SystemExit, match="committed tree"):
         train_study.check_provenance(design, {"commit": "abc", "clean": False})
     (design.out / "exploit-seed0").mkdir(parents=True)
-    (design.out / "exploit-seed0" / PROVENANCE).write_text(json.dumps({"commit": "old"}))
+    (design.out / "exploit-seed0" / PROVENANCE).write_text(json.dumps({"commit": "old", "clean": True}))
     with pytest.raises(SystemExit, match="one commit"):
         train_study.check_provenance(design, {"commit": "new", "clean": True})
     train_study.check_provenance(design, {"commit": "old", "clean": True})
+
+
+def test_runs_of_a_changed_tree_are_neither_resumed_nor_added_to(tmp_path):
+    """A run made from uncommitted changes names a commit that lacks its code: a committed sweep of the
+    same commit refuses its folder, and an uncommitted try-out starts an empty folder only."""
+    design = Design.load(tiny_design(tmp_path))
+    train_study.check_provenance(design, {"commit": "abc", "clean": False}, uncommitted=True)
+    (design.out / "exploit-seed0").mkdir(parents=True)
+    (design.out / "exploit-seed0" / PROVENANCE).write_text(json.dumps({"commit": "abc", "clean": False}))
+    with pytest.raises(SystemExit, match="uncommitted changes"):
+        train_study.check_provenance(design, {"commit": "abc", "clean": True})
+    with pytest.raises(SystemExit, match="empty folder"):
+        train_study.check_provenance(design, {"commit": "abc", "clean": False}, uncommitted=True)
+
+
+def test_a_checkout_that_changes_during_a_sweep_stops_it(kept):
+    made = json.loads((kept.out / "exploit-seed0" / PROVENANCE).read_text())
+    train_study.check_unchanged(made)
+    with pytest.raises(RuntimeError, match="changed during the sweep"):
+        train_study.check_unchanged({**made, "commit": "0" * 40})
+
+
+def test_a_run_folder_another_process_holds_is_refused(kept):
+    """A second sweep, or one started while a stopped sweep's child still trains, must not write beside it."""
+    made = json.loads((kept.out / "exploit-seed0" / PROVENANCE).read_text())
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_A_LOCK, str(kept.out / "exploit-seed0" / train_study.LOCK)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RuntimeError, match="in use by another process"):
+            train_study.train(kept, "exploit", 0, made)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert train_study.train(kept, "exploit", 0, made) == kept.out / "exploit-seed0"  # finished: nothing to run
+
+
+HOLD_A_LOCK = """
+import fcntl, sys, time
+handle = open(sys.argv[1], "a")
+fcntl.flock(handle, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_each_seed_s_evaluation_before_training_records_what_made_it(kept):
+    for seed in kept.seeds:
+        made = json.loads((kept.out / f"initial-seed{seed}" / PROVENANCE).read_text())
+        assert made["evaluated"] == {"arm": kept.evaluating_arm, "seed": seed} and made["commit"]
+
+
+def test_a_torn_metrics_line_does_not_stop_a_sweep_counting_steps(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"st')
+    assert train_study.steps_done(tmp_path) == 2
+
+
+def test_verify_compares_every_entry_of_both_records(kept, tmp_path):
+    """An entry the record lacks is a difference too; a NaN is the same NaN."""
+    kept_run = tmp_path / "exploit-seed0"
+    shutil.copytree(kept.docs / "exploit-seed0", kept_run)
+    records = [json.loads(line) for line in (kept_run / "metrics.jsonl").read_text().splitlines()]
+    del records[0]["loss"]
+    (kept_run / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    [found] = train_study.verify_run(kept_run, 2, here=True)
+    assert "step 1: loss" in found and "recorded 'absent'" in found
+    # a rerun shorter than the run evaluates after its last step, as the run did later: not a difference
+    assert train_study.verify_run(kept.docs / "exploit-seed0", 1, here=True) == []
+    nan = float("nan")
+    assert train_study.record_differences("x", {"a": nan, "b": 1}, {"a": nan, "b": 1}) == []
+    assert train_study.record_differences("x", {"b": 1}, {"b": 1.0}) == ["x: b 1.0 != recorded 1"]
+    with pytest.raises(SystemExit, match="at least one"):
+        train_study.verify(kept, sample=0, steps=1)
+
+
+def test_a_kept_run_of_a_changed_tree_is_not_rerun_at_its_commit(kept, tmp_path):
+    kept_run = tmp_path / "exploit-seed0"
+    shutil.copytree(kept.docs / "exploit-seed0", kept_run)
+    made = json.loads((kept_run / PROVENANCE).read_text())
+    (kept_run / PROVENANCE).write_text(json.dumps({**made, "clean": False}))
+    with pytest.raises(SystemExit, match="cannot be rerun at a commit"):
+        train_study.verify_run(kept_run, 1)
 
 
 def _clean() -> bool:

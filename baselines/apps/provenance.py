@@ -1,7 +1,8 @@
 """What made a study's run, and running the project's code as a recorded commit had it.
 
 `provenance()` is what a run records: the commit, whether the tree held uncommitted changes, the
-interpreter, the library versions and the kernels (`baselines.training.portable.kernels_in_use`).
+interpreter, the library versions, the kernels (`baselines.training.portable.kernels_in_use`) and which
+data settings were set.
 `provenance_differences` names what differs between a record and its rerun. `run_at_commit` runs a
 program with the code of one commit only, in a temporary git worktree and a child process with the
 portable kernels, and returns what the program replied and the environment it computed in: the one
@@ -39,33 +40,52 @@ PLATFORM_LABELS = {
 }
 
 
-def provenance() -> dict[str, Any]:
-    """What a run was made from: the commit, whether the tree held uncommitted changes, and `environment`."""
+def project_paths(root: Path = ROOT) -> list[str]:
+    """Where the project's packages live in a checkout: a folder each, or a module file at the root."""
+    return [name if (root / name).is_dir() else f"{name}.py" for name in PROJECT_PACKAGES]
+
+
+def provenance(root: Path = ROOT) -> dict[str, Any]:
+    """What a run was made from: the commit, whether the project's packages held uncommitted changes,
+    and `environment`."""
 
     def git(*args: str) -> str:
         try:
-            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
         except (OSError, subprocess.CalledProcessError):
             return ""
 
     # an untracked module counts: the commit a run records would lack it
-    changes = git("status", "--porcelain", "--untracked-files=normal", "--", "scope_envs", "sims", "baselines")
+    changes = git("status", "--porcelain", "--untracked-files=normal", "--", *project_paths(root))
     return {"commit": git("rev-parse", "HEAD") or None, "clean": changes == "", **environment(LIBRARIES)}
 
 
-def refuse_mixed_commits(made: dict[str, Any], recorded: Iterable[tuple[Path, str | None]], remedy: str) -> None:
+def recorded_commit(recorded: dict[str, Any], name: str) -> str:
+    """The commit a record can be rerun at: refused where it names none, or its tree held uncommitted
+    changes (no commit holds the code that made it)."""
+    if recorded.get("commit") is None or recorded.get("clean") is not True:
+        raise SystemExit(
+            f"{name} names no commit it was made from as it stands (commit {recorded.get('commit')}, clean "
+            f"{recorded.get('clean')}): it cannot be rerun at a commit; rerun it with this checkout's code (--here)"
+        )
+    return recorded["commit"]
+
+
+def refuse_mixed_commits(made: dict[str, Any], recorded: Iterable[tuple[Path, dict[str, Any]]], remedy: str) -> None:
     """A study's runs come from one commit, committed: refuses a tree with uncommitted changes and any
-    recorded run (path, commit) made at another commit than `made`'s."""
+    recorded run (its path, its provenance) made at another commit than `made`'s, or from a tree with
+    uncommitted changes."""
     if not made["clean"] or made["commit"] is None:
         raise SystemExit(
-            "a study runs from a committed tree: commit (or stash) the changes under scope_envs, sims and "
-            "baselines first, new files included, so every run names the code it came from"
+            f"a study runs from a committed tree: commit (or stash) the changes to {', '.join(project_paths())} "
+            "first, new files included, so every run names the code it came from"
         )
-    for path, commit in recorded:
-        if commit != made["commit"]:
+    for path, record in recorded:
+        if record.get("commit") != made["commit"] or record.get("clean") is not True:
+            state = "" if record.get("clean") is True else " from a tree with uncommitted changes"
             raise SystemExit(
-                f"{path} was made at commit {commit}, this is {made['commit']}: a study's runs come from "
-                f"one commit; {remedy}"
+                f"{path} was made at commit {record.get('commit')}{state}, this is {made['commit']}: a study's "
+                f"runs come from one commit; {remedy}"
             )
 
 
@@ -77,7 +97,20 @@ def environment(libraries: tuple[str, ...]) -> dict[str, Any]:
     """The interpreter, the versions of `libraries` and the kernels in use (`kernels_in_use`)."""
     import sys
 
-    return {"python": sys.version.split()[0], "versions": library_versions(libraries), "platform": kernels_in_use()}
+    return {
+        "python": sys.version.split()[0],
+        "versions": library_versions(libraries),
+        "platform": kernels_in_use(),
+        "data": data_settings(),
+    }
+
+
+def data_settings() -> dict[str, str]:
+    """Which settings that point a benchmark at its data (`SCOPE_<BENCHMARK>_DATA`) were set: with one,
+    an env may read a corpus instead of its embedded material. Whether, not where: a path is the machine's."""
+    import os
+
+    return {name: "set" for name in sorted(os.environ) if name.startswith("SCOPE_") and name.endswith("_DATA")}
 
 
 def library_versions(libraries: tuple[str, ...]) -> dict[str, str | None]:
@@ -92,18 +125,22 @@ def library_versions(libraries: tuple[str, ...]) -> dict[str, str | None]:
     return versions
 
 
-def provenance_entries(made: dict[str, Any]) -> dict[str, Any]:
-    """The entries of a provenance that can change a result, by the name `verify` reports them under."""
+def provenance_entries(made: dict[str, Any], data_names: Iterable[str] = ()) -> dict[str, Any]:
+    """The entries of a provenance that can change a result, by the name `verify` reports them under;
+    each data setting of `data_names` as set or unset where the provenance records its data settings."""
     entries = {label: made[key] for key, label in (("commit", "commit"), ("python", "Python")) if key in made}
     entries.update(made.get("versions", {}))
     entries.update({PLATFORM_LABELS.get(key, key): value for key, value in made.get("platform", {}).items()})
+    if "data" in made:
+        entries.update({f"${name}": made["data"].get(name, "unset") for name in sorted({*made["data"], *data_names})})
     return entries
 
 
 def provenance_differences(recorded: dict[str, Any], here: dict[str, Any]) -> list[str]:
     """Each entry that differs between a recorded run's provenance and its rerun's, named; an entry
     the record lacks (older records have no platform) is "not recorded"."""
-    before, now = provenance_entries(recorded), provenance_entries(here)
+    data_names = {*recorded.get("data", {}), *here.get("data", {})}
+    before, now = provenance_entries(recorded, data_names), provenance_entries(here, data_names)
     differences = []
     for name in dict.fromkeys([*before, *now]):
         if name not in before:
@@ -163,16 +200,21 @@ print(json.dumps({"reply": reply, "provenance": environment(tuple(request["libra
 
 
 def _program(body: str) -> str:
-    shipped = (environment, library_versions, kernels_in_use)
+    shipped = (environment, library_versions, data_settings, kernels_in_use)
     return "\n\n".join(["from __future__ import annotations", *map(inspect.getsource, shipped), _BEFORE, body, _AFTER])
 
 
-def run_at_commit(commit: str | None, body: str, request: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+def run_at_commit(
+    commit: str | None, body: str, request: dict[str, Any], *, here: bool = False
+) -> tuple[Any, dict[str, Any]]:
     """Runs `body` (Python that reads `request` and sets a JSON-able `reply`) with the code of `commit`
-    only (None: this checkout's), in portable kernels: its reply and the environment it computed in."""
+    only (`here`: this checkout's instead), in portable kernels: its reply and the environment it
+    computed in."""
+    if commit is None and not here:
+        raise ValueError("no commit to rerun at: name one, or rerun with this checkout's code (here=True)")
     with tempfile.TemporaryDirectory() as scratch:
         tree = ROOT
-        if commit is not None:
+        if not here:
             tree = Path(scratch) / "tree"
             subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), commit], cwd=ROOT, check=True)
         try:
@@ -187,9 +229,9 @@ def run_at_commit(commit: str | None, body: str, request: dict[str, Any]) -> tup
                 check=False,
             )
         finally:
-            if commit is not None:
+            if not here:
                 subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"the rerun at {commit or 'this checkout'} failed:\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"the rerun at {'this checkout' if here else commit} failed:\n{done.stderr[-3000:]}")
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     return answer["reply"], answer["provenance"]

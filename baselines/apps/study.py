@@ -29,7 +29,13 @@ from typing import Any
 import numpy as np
 
 from baselines.apps.demo import LABELS, DemoSettings, final_values, mean_interval, run_config
-from baselines.apps.provenance import provenance, provenance_differences, refuse_mixed_commits, run_at_commit
+from baselines.apps.provenance import (
+    provenance,
+    provenance_differences,
+    recorded_commit,
+    refuse_mixed_commits,
+    run_at_commit,
+)
 from baselines.training.portable import kernels_in_use, portable_pool
 
 # The design, as pre-registered: cells, arms, seeds, and the decision rule's constants.
@@ -83,8 +89,7 @@ def cell_settings(base: DemoSettings, cell: Cell, out: Path) -> DemoSettings:
 def check_provenance(out: Path, current: dict[str, Any]) -> None:
     """Refuses to mix: every run already under `out` must come from this commit, clean."""
     recorded = [
-        (path, json.loads(path.read_text()).get("provenance", {}).get("commit"))
-        for path in sorted(out.glob(f"*/runs/*/{FINAL}"))
+        (path, json.loads(path.read_text()).get("provenance", {})) for path in sorted(out.glob(f"*/runs/*/{FINAL}"))
     ]
     refuse_mixed_commits(current, recorded, "use another --out, or rerun the study")
 
@@ -469,23 +474,29 @@ def verify(record: Path, sample: int, *, seed: int = 0, here: bool = False) -> l
     """Reruns `sample` recorded runs (drawn with `seed`) with the code of the commit each names
     (`here`: with this checkout's code) and lists every outcome that differs, each with the entries of
     the provenance (versions, platform) that differ between the record and the rerun."""
+    if sample < 1:
+        raise SystemExit("verify reruns at least one recorded run: --sample 1 or more")
     runs = [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
     chosen = np.random.default_rng(seed).choice(len(runs), size=min(sample, len(runs)), replace=False)
     differences = []
     for index in sorted(chosen):
         run = runs[index]
         target = run.get("target")
-        commit = run["provenance"]["commit"]
-        again, made = rerun_here(run["config"], target) if here else rerun_at(commit, run["config"], target)
+        name = f"{run['cell']} {run['arm']} seed {run['seed']}"
+        if here:
+            again, made = rerun_here(run["config"], target)
+        else:
+            commit = recorded_commit(run["provenance"], name)
+            again, made = rerun_at(commit, run["config"], target)
         differing = {key: recorded for key, recorded in run["outcome"].items() if again.get(key) != recorded}
         beside = "; ".join(provenance_differences(run["provenance"], made)) or "none"
         differences += [
-            f"{run['cell']} {run['arm']} seed {run['seed']}: {key} {again.get(key)!r} != recorded {recorded!r} "
+            f"{name}: {key} {again.get(key)!r} != recorded {recorded!r} "
             f"(provenance differing from the record: {beside})"
             for key, recorded in differing.items()
         ]
         where = "this checkout" if here else f"commit {commit[:10]}"
-        print(f"reran {run['cell']} {run['arm']} seed {run['seed']} at {where}", flush=True)
+        print(f"reran {name} at {where}", flush=True)
     return differences
 
 

@@ -3,7 +3,7 @@ trained by `scope train` in a child process with portable kernels (`baselines.tr
 
     python -m baselines.apps.train_study run DESIGN [--jobs 2]   # every run; a stopped sweep resumes
     python -m baselines.apps.train_study analyze DESIGN          # keeps the runs in the docs, then the analysis
-    python -m baselines.apps.train_study verify DESIGN [--sample 2] [--steps 2] [--initial]
+    python -m baselines.apps.train_study verify DESIGN [--sample 2] [--steps 2] [--initial] [--here]
 
 A design is a YAML file in a benchmark's `train_studies/` folder (or a path): `title`, `out` (the runs
 folder), `docs` (where the kept runs and results go), `arms` (name: {config, overrides}), `overrides`
@@ -12,24 +12,32 @@ what ships (`keep(run, target)`) and analyses kept runs (`main([*runs, "--out", 
 
 Each seed's evaluation before training (`scope eval` of a folder with no checkpoint) runs once, with
 the first arm's config, and goes to every arm's run folder as `initial.json`: the arms of a design
-differ in what they train on, not in how they are evaluated. Every run folder records what made it in
-`provenance.json` (the commit, the library versions, the kernels); a sweep refuses an uncommitted tree
-and a folder whose runs come from another commit. `verify` reruns the first `--steps` steps of sampled
-kept runs with the code of the commit each names, in a temporary git worktree, and compares every
-metric but the machine's (time, throughput, disk) bit for bit (with `--initial`, the evaluation before training too).
+differ in what they train on, not in how they are evaluated. Every run folder, the evaluations before
+training included, records what made it in `provenance.json` (the commit, the library versions, the
+kernels, which data settings were set); a sweep refuses an uncommitted tree (`--uncommitted` tries one
+out in an empty folder only), a folder whose runs come from another commit, a checkout that changes
+while it runs, and a run folder another process holds. `verify` reruns the first `--steps` steps of
+sampled kept runs with the code of the commit each names, in a temporary git worktree, and compares
+every metric but the machine's (time, throughput, disk) bit for bit (with `--initial`, the evaluation
+before training too, with the settings that made it).
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import importlib
 import json
+import math
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,13 +45,22 @@ from typing import Any
 import numpy as np
 import yaml
 
-from baselines.apps.provenance import provenance, provenance_differences, refuse_mixed_commits, run_at_commit
+from baselines.apps.provenance import (
+    provenance,
+    provenance_differences,
+    recorded_commit,
+    refuse_mixed_commits,
+    run_at_commit,
+)
+from baselines.training.checkpoints import read_metrics
 from baselines.training.portable import portable_environment
+from scope_envs.core.files import atomic_write
 
 ROOT = Path(__file__).resolve().parents[2]
 PROVENANCE = "provenance.json"
 INITIAL = "initial.json"
 METRICS = "metrics.jsonl"
+LOCK = ".lock"
 # Measures of the machine, not of the run: time, throughput, and the run folder's size on disk.
 MACHINE_MEASURES = ("step_time", "generated_tokens_per_s", "disk_mb")
 
@@ -75,10 +92,18 @@ class Design:
             analysis=values["analysis"],
         )
 
-    def arguments(self, arm: str, seed: int, output_dir: Path) -> list[str]:
-        """`scope train`'s (or `scope eval`'s) config and overrides for one run."""
+    def settings(self, arm: str, seed: int) -> list[str]:
+        """`scope train`'s (or `scope eval`'s) config and overrides for one run, but its output folder."""
         spec = self.arms[arm]
-        return [spec["config"], *self.overrides, *spec["overrides"], f"seed={seed}", f"output_dir={output_dir}"]
+        return [spec["config"], *self.overrides, *spec["overrides"], f"seed={seed}"]
+
+    def arguments(self, arm: str, seed: int, output_dir: Path) -> list[str]:
+        return [*self.settings(arm, seed), f"output_dir={output_dir}"]
+
+    @property
+    def evaluating_arm(self) -> str:
+        """The arm whose config evaluates each seed before training, for every arm."""
+        return next(iter(self.arms))
 
     def steps(self, arm: str) -> int:
         from baselines.training.config import load_config
@@ -96,11 +121,7 @@ class Design:
 
 
 def steps_done(folder: Path) -> int:
-    path = folder / METRICS
-    if not path.is_file():
-        return 0
-    steps = [json.loads(line).get("step", 0) for line in path.read_text().splitlines() if line.strip()]
-    return max(steps, default=0)
+    return max((record.get("step", 0) for record in read_metrics(folder / METRICS)), default=0)
 
 
 def run_provenance() -> dict[str, Any]:
@@ -120,51 +141,111 @@ def run_provenance() -> dict[str, Any]:
 
 
 def check_provenance(design: Design, made: dict[str, Any], *, uncommitted: bool = False) -> None:
-    """Refuses to mix: every run already under the design's folder comes from this commit."""
-    if uncommitted:
-        made = {**made, "clean": True, "commit": made["commit"] or "uncommitted"}
+    """Refuses to mix: every run already under the design's folder comes from this commit, clean. An
+    uncommitted try-out starts an empty folder only: no commit holds its code, so nothing may resume it."""
     folders = sorted(design.out.glob(f"*/{PROVENANCE}"))
-    recorded = [(path, json.loads(path.read_text()).get("commit")) for path in folders]
+    if uncommitted:
+        if folders:
+            raise SystemExit(
+                f"{design.out} holds runs already: an uncommitted try-out starts an empty folder (its code is "
+                "in no commit, so no sweep may resume or add to it); move it away, or commit and run"
+            )
+        return
+    recorded = [(path, json.loads(path.read_text())) for path in folders]
     refuse_mixed_commits(made, recorded, f"run it from a worktree of that commit, or move {design.out} away")
 
 
-def _child(command: list[str], log: Path) -> subprocess.CompletedProcess:
+def check_unchanged(made: dict[str, Any]) -> None:
+    """Before each child: the checkout still holds the commit (and, committed, no changes) the sweep
+    recorded, so every run names the code that made it."""
+    now = provenance()
+    if now["commit"] != made["commit"] or (made["clean"] and not now["clean"]):
+        raise RuntimeError(
+            f"the checkout changed during the sweep (commit {now['commit']}, clean {now['clean']}; the sweep "
+            f"started at {made['commit']}, clean {made['clean']}): restore it and run again to resume"
+        )
+
+
+@contextmanager
+def claimed(folder: Path) -> Iterator[int]:
+    """A lock on a run folder for as long as its child lives (the child inherits it): a second sweep,
+    or one started while an orphaned child still trains, is refused rather than writing beside it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            message = f"{folder} is in use by another process (a sweep, or a child of a stopped one)"
+            raise RuntimeError(message) from None
+        yield handle
+    finally:
+        os.close(handle)
+
+
+_children: set[subprocess.Popen] = set()
+
+
+def _child(command: list[str], log: Path, lock: int) -> tuple[int, str]:
+    """`scope COMMAND` in portable kernels, holding the run folder's lock: its exit code and output."""
     with log.open("a") as output:
-        return subprocess.run(
+        child = subprocess.Popen(
             [sys.executable, "-m", "baselines.cli", *command],
             cwd=ROOT,
             env=portable_environment(),
             stdout=subprocess.PIPE,
             stderr=output,
             text=True,
-            check=False,
+            pass_fds=(lock,),
         )
+        _children.add(child)
+        try:
+            printed, _ = child.communicate()
+        finally:
+            _children.discard(child)
+    return child.returncode, printed
 
 
-def evaluate_initial(design: Design, seed: int) -> Path:
+def _stop_children() -> None:
+    """A sweep that stops stops its children: a run resumes from its last checkpoint when it runs again."""
+    for child in list(_children):
+        child.terminate()
+    for child in list(_children):
+        try:
+            child.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            child.kill()
+
+
+def evaluate_initial(design: Design, seed: int, made: dict[str, Any]) -> Path:
+    """A seed's evaluation before training, with the evaluating arm's config, and what made it."""
     folder = design.initial_folder(seed)
     target = folder / INITIAL
     if target.is_file():
         return target
-    folder.mkdir(parents=True, exist_ok=True)
-    first = next(iter(design.arms))
-    done = _child(["eval", *design.arguments(first, seed, folder)], folder / "eval.log")
-    if done.returncode != 0:
-        raise RuntimeError(f"the evaluation before training of seed {seed} failed: see {folder / 'eval.log'}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    target.write_text(json.dumps(result) + "\n")
+    with claimed(folder) as lock:
+        check_unchanged(made)
+        evaluated = {"arm": design.evaluating_arm, "seed": seed}
+        atomic_write(folder / PROVENANCE, json.dumps({**made, "evaluated": evaluated}, indent=1, sort_keys=True) + "\n")
+        code, printed = _child(
+            ["eval", *design.arguments(design.evaluating_arm, seed, folder)], folder / "eval.log", lock
+        )
+        if code != 0:
+            raise RuntimeError(f"the evaluation before training of seed {seed} failed: see {folder / 'eval.log'}")
+        atomic_write(target, json.dumps(json.loads(printed.strip().splitlines()[-1])) + "\n")
     return target
 
 
 def train(design: Design, arm: str, seed: int, made: dict[str, Any]) -> Path:
     folder = design.run_folder(arm, seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    if not (folder / PROVENANCE).is_file():
-        (folder / PROVENANCE).write_text(json.dumps(made, indent=1, sort_keys=True) + "\n")
-    if steps_done(folder) < design.steps(arm):
-        done = _child(["train", *design.arguments(arm, seed, folder), "--resume"], folder / "train.log")
-        if done.returncode != 0:
-            raise RuntimeError(f"{folder.name} failed: see {folder / 'train.log'}")
+    with claimed(folder) as lock:
+        if not (folder / PROVENANCE).is_file():
+            atomic_write(folder / PROVENANCE, json.dumps(made, indent=1, sort_keys=True) + "\n")
+        if steps_done(folder) < design.steps(arm):
+            check_unchanged(made)
+            command = ["train", *design.arguments(arm, seed, folder), "--resume"]
+            if _child(command, folder / "train.log", lock)[0] != 0:
+                raise RuntimeError(f"{folder.name} failed: see {folder / 'train.log'}")
     return folder
 
 
@@ -184,13 +265,20 @@ def run(design: Design, *, jobs: int = 2, uncommitted: bool = False, progress: b
         ThreadPoolExecutor(max_workers=jobs) as pool,
         tqdm(total=total, initial=done_steps(), desc=design.title[:40], unit="step", disable=not progress) as bar,
     ):
-        pending: set[Future] = {pool.submit(evaluate_initial, design, seed) for seed in design.seeds}
+        pending: set[Future] = {pool.submit(evaluate_initial, design, seed, made) for seed in design.seeds}
         pending |= {pool.submit(train, design, arm, seed, made) for arm, seed in design.runs()}
-        while pending:
-            finished, pending = wait(pending, timeout=30, return_when=FIRST_COMPLETED)
-            for future in finished:
-                future.result()
-            bar.update(done_steps() - bar.n)
+        try:
+            while pending:
+                finished, pending = wait(pending, timeout=30, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    future.result()
+                bar.n = done_steps()  # a resumed run goes back to its checkpoint: the count may fall
+                bar.refresh()
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            _stop_children()
+            raise
     folders = []
     for arm, seed in design.runs():
         folder = design.run_folder(arm, seed)
@@ -227,43 +315,64 @@ reply = printed.getvalue()
 """
 
 
-def rerun(commit: str | None, command: list[str]) -> tuple[str, dict[str, Any]]:
-    """`scope COMMAND` with the code of `commit` (None: this checkout's), in portable kernels: its
+def rerun(commit: str | None, command: list[str], *, here: bool = False) -> tuple[str, dict[str, Any]]:
+    """`scope COMMAND` with the code of `commit` (`here`: this checkout's), in portable kernels: its
     standard output and the environment it ran in."""
-    return run_at_commit(commit, RERUN_A_COMMAND, {"command": command})
+    return run_at_commit(commit, RERUN_A_COMMAND, {"command": command}, here=here)
 
 
 def without_machine_measures(record: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in record.items() if key not in MACHINE_MEASURES}
 
 
-def verify_run(kept: Path, steps: int, *, initial: bool = False, here: bool = False) -> list[str]:
-    """Reruns a kept run's first `steps` steps (and with `initial` its step 0) and lists what differs."""
+def _same(recorded: Any, again: Any) -> bool:
+    """Bit for bit, where a NaN is the same NaN (JSON keeps no payload)."""
+    if isinstance(recorded, float) and isinstance(again, float) and math.isnan(recorded) and math.isnan(again):
+        return True
+    return type(recorded) is type(again) and recorded == again
+
+
+def record_differences(label: str, recorded: dict[str, Any], again: dict[str, Any]) -> list[str]:
+    """Every entry of either record that the other lacks or holds another value for."""
+    missing = object()
+    return [
+        f"{label}: {key} {again.get(key, 'absent')!r} != recorded {recorded.get(key, 'absent')!r}"
+        for key in dict.fromkeys([*recorded, *again])
+        if not _same(recorded.get(key, missing), again.get(key, missing))
+    ]
+
+
+def verify_run(kept: Path, steps: int, *, initial: list[str] | None = None, here: bool = False) -> list[str]:
+    """Reruns a kept run's first `steps` steps (and with `initial`, the settings of the evaluation before
+    training, its step 0) and lists what differs."""
     recorded = json.loads((kept / PROVENANCE).read_text())
-    commit = None if here else recorded["commit"]
+    commit = None if here else recorded_commit(recorded, str(kept))
     differences = []
     with tempfile.TemporaryDirectory() as scratch:
         output = Path(scratch) / "run"
         command = ["train", str((kept / "config.yaml").resolve()), f"steps={steps}", f"output_dir={output}"]
-        _, made = rerun(commit, command)
-        again = [without_machine_measures(json.loads(line)) for line in (output / METRICS).read_text().splitlines()]
-        before = [json.loads(line) for line in (kept / METRICS).read_text().splitlines()]
-        before = [without_machine_measures(record) for record in before if record.get("step", 0) <= steps]
+        _, made = rerun(commit, command, here=here)
+        again = [without_machine_measures(record) for record in read_metrics(output / METRICS)]
+        whole = [without_machine_measures(record) for record in read_metrics(kept / METRICS)]
+        before = [record for record in whole if record.get("step", 0) <= steps]
+        if again and whole and steps < whole[-1].get("step", 0):
+            # a run evaluates after its last step: the shortened rerun's last record holds an evaluation
+            # the recorded one made later; what it reports must be what the recorded run reports somewhere
+            reported = {key for record in whole for key in record}
+            last = again[-1]
+            shortened = before[len(again) - 1] if len(before) >= len(again) else {}
+            again[-1] = {key: value for key, value in last.items() if key in shortened or key not in reported}
         for old, new in zip(before, again, strict=False):
-            differences += [
-                f"step {old.get('step')}: {key} {new.get(key)!r} != recorded {value!r}"
-                for key, value in old.items()
-                if new.get(key) != value
-            ]
+            differences += record_differences(f"step {old.get('step')}", old, new)
         if len(before) != len(again):
             differences.append(f"{len(again)} metric records in the rerun, {len(before)} recorded")
-        if initial:
+        if initial is not None:
             folder = Path(scratch) / "initial"
-            printed, made = rerun(commit, ["eval", str((kept / "config.yaml").resolve()), f"output_dir={folder}"])
+            printed, made = rerun(commit, ["eval", *initial, f"output_dir={folder}"], here=here)
             value = json.loads(printed.splitlines()[-1])
-            recorded_initial = json.loads((kept / INITIAL).read_text())
-            if value != recorded_initial:
-                differences.append(f"evaluation before training {value} != recorded {recorded_initial}")
+            differences += record_differences(
+                "evaluation before training", json.loads((kept / INITIAL).read_text()), value
+            )
     if differences:
         beside = "; ".join(provenance_differences(recorded, {**made, "commit": commit or recorded["commit"]}))
         differences = [f"{kept.name} {line} (provenance differing: {beside or 'none'})" for line in differences]
@@ -273,6 +382,9 @@ def verify_run(kept: Path, steps: int, *, initial: bool = False, here: bool = Fa
 def verify(
     design: Design, *, sample: int, steps: int, initial: bool = False, here: bool = False, seed: int = 0
 ) -> list[str]:
+    """Reruns `sample` kept runs, drawn with `seed`, and lists what differs."""
+    if sample < 1 or steps < 1:
+        raise SystemExit("verify reruns at least one step of at least one kept run: --sample and --steps of 1 or more")
     kept = sorted(folder.parent for folder in design.docs.glob(f"*/{PROVENANCE}"))
     if not kept:
         raise SystemExit(f"no kept runs in {design.docs}: `analyze` first")
@@ -280,7 +392,11 @@ def verify(
     differences = []
     for index in sorted(chosen):
         started = time.perf_counter()
-        found = verify_run(kept[index], steps, initial=initial, here=here)
+        before_training = None
+        if initial:
+            run_seed = yaml.safe_load((kept[index] / "config.yaml").read_text())["seed"]
+            before_training = design.settings(design.evaluating_arm, run_seed)
+        found = verify_run(kept[index], steps, initial=before_training, here=here)
         differences += found
         state = "identical" if not found else f"{len(found)} differences"
         print(f"reran {kept[index].name}: {state} ({time.perf_counter() - started:.0f} s)", flush=True)
@@ -297,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sample", type=int, default=2, help="verify: kept runs to rerun")
     parser.add_argument("--steps", type=int, default=2, help="verify: steps of each to rerun")
+    parser.add_argument("--sample-seed", type=int, default=0, help="verify: the seed that draws the kept runs")
     parser.add_argument("--initial", action="store_true", help="verify: rerun the evaluation before training too")
     parser.add_argument("--here", action="store_true", help="verify with this checkout's code, not the recorded commit")
     args = parser.parse_args(argv)
@@ -307,7 +424,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.action == "analyze":
         print(f"results: {analyze(design)}")
     else:
-        differences = verify(design, sample=args.sample, steps=args.steps, initial=args.initial, here=args.here)
+        differences = verify(
+            design, sample=args.sample, steps=args.steps, initial=args.initial, here=args.here, seed=args.sample_seed
+        )
         for line in differences:
             print(f"DIFFERS: {line}")
         print("all identical" if not differences else "differences found")
