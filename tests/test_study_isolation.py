@@ -198,6 +198,9 @@ def test_a_change_to_any_of_the_project_s_packages_makes_a_tree_unclean(tmp_path
         path.write_text("changed = True\n")
         assert not provenance.provenance(repo)["clean"], name
         subprocess.run(["git", "checkout", "-q", "--", "."], cwd=repo, check=True)
+        shutil.rmtree(repo / name) if (repo / name).is_dir() else (repo / name).unlink()
+        assert not provenance.provenance(repo)["clean"], f"{name} deleted"
+        subprocess.run(["git", "checkout", "-q", "--", "."], cwd=repo, check=True)
 
 
 def test_which_data_settings_were_set_is_recorded_and_named_when_it_differs(monkeypatch):

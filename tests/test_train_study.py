@@ -130,10 +130,32 @@ time.sleep(600)
 """
 
 
+def test_a_run_started_in_another_environment_is_not_resumed_in_this_one(tmp_path):
+    """Its record would name one environment for steps made in two."""
+    design = Design.load(tiny_design(tmp_path))
+    folder = design.run_folder("exploit", 0)
+    folder.mkdir(parents=True)
+    started = {"commit": "abc", "clean": True, "python": "3.11.7", "data": {"SCOPE_P4G_DATA": "set"}}
+    (folder / PROVENANCE).write_text(json.dumps(started))
+    (folder / "metrics.jsonl").write_text(json.dumps({"step": 1}) + "\n")
+    with pytest.raises(RuntimeError, match=r"started elsewhere \(\$SCOPE_P4G_DATA set \(recorded\) vs unset"):
+        train_study.train(design, "exploit", 0, {**started, "data": {}})
+
+
+def test_a_stopping_sweep_starts_no_run(tmp_path):
+    train_study._stop_children()
+    try:
+        with pytest.raises(RuntimeError, match="stopping"):
+            train_study._child(["envs"], tmp_path / "log", 0)
+    finally:
+        train_study._stopping.clear()
+
+
 def test_each_seed_s_evaluation_before_training_records_what_made_it(kept):
     for seed in kept.seeds:
         made = json.loads((kept.out / f"initial-seed{seed}" / PROVENANCE).read_text())
-        assert made["evaluated"] == {"arm": kept.evaluating_arm, "seed": seed} and made["commit"]
+        evaluated = {"arm": kept.evaluating_arm, "seed": seed, "settings": kept.settings(kept.evaluating_arm, seed)}
+        assert made["evaluated"] == evaluated and made["commit"]
 
 
 def test_a_torn_metrics_line_does_not_stop_a_sweep_counting_steps(tmp_path):
@@ -150,8 +172,11 @@ def test_verify_compares_every_entry_of_both_records(kept, tmp_path):
     (kept_run / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
     [found] = train_study.verify_run(kept_run, 2, here=True)
     assert "step 1: loss" in found and "recorded 'absent'" in found
-    # a rerun shorter than the run evaluates after its last step, as the run did later: not a difference
+    # a rerun shorter than the run evaluates after its last step, as the run did later: not a difference,
+    # but any other entry it has and the record lacks at that step is
     assert train_study.verify_run(kept.docs / "exploit-seed0", 1, here=True) == []
+    [found] = train_study.verify_run(kept_run, 1, here=True)
+    assert "step 1: loss" in found and "recorded 'absent'" in found
     nan = float("nan")
     assert train_study.record_differences("x", {"a": nan, "b": 1}, {"a": nan, "b": 1}) == []
     assert train_study.record_differences("x", {"b": 1}, {"b": 1.0}) == ["x: b 1.0 != recorded 1"]
@@ -169,14 +194,9 @@ def test_a_kept_run_of_a_changed_tree_is_not_rerun_at_its_commit(kept, tmp_path)
 
 
 def _clean() -> bool:
-    changes = subprocess.run(
-        ["git", "status", "--porcelain", "--", "scope_envs", "sims", "baselines"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return changes.returncode == 0 and changes.stdout == ""
+    from baselines.apps.provenance import provenance
+
+    return provenance()["clean"]
 
 
 @pytest.mark.skipif(not _clean(), reason="a rerun at the recorded commit needs this checkout's code committed")

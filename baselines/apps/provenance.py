@@ -56,7 +56,9 @@ def provenance(root: Path = ROOT) -> dict[str, Any]:
             return ""
 
     # an untracked module counts: the commit a run records would lack it
-    changes = git("status", "--porcelain", "--untracked-files=normal", "--", *project_paths(root))
+    # a package folder and a root module of each name: deleting either is a change too
+    paths = [path for name in PROJECT_PACKAGES for path in (name, f"{name}.py")]
+    changes = git("status", "--porcelain", "--untracked-files=normal", "--", *paths)
     return {"commit": git("rev-parse", "HEAD") or None, "clean": changes == "", **environment(LIBRARIES)}
 
 

@@ -34,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -54,6 +55,7 @@ from baselines.apps.provenance import (
 )
 from baselines.training.checkpoints import read_metrics
 from baselines.training.portable import portable_environment
+from baselines.training.rollouts import HELDOUT_SUCCESS
 from scope_envs.core.files import atomic_write
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,7 +171,8 @@ def check_unchanged(made: dict[str, Any]) -> None:
 @contextmanager
 def claimed(folder: Path) -> Iterator[int]:
     """A lock on a run folder for as long as its child lives (the child inherits it): a second sweep,
-    or one started while an orphaned child still trains, is refused rather than writing beside it."""
+    or one started while an orphaned child still trains, is refused rather than writing beside it. A
+    local filesystem's `flock`: NFS emulates it with locks a child does not inherit."""
     folder.mkdir(parents=True, exist_ok=True)
     handle = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -184,33 +187,43 @@ def claimed(folder: Path) -> Iterator[int]:
 
 
 _children: set[subprocess.Popen] = set()
+_children_lock = threading.Lock()
+_stopping = threading.Event()  # set by a stopping sweep: no child starts after it
 
 
 def _child(command: list[str], log: Path, lock: int) -> tuple[int, str]:
     """`scope COMMAND` in portable kernels, holding the run folder's lock: its exit code and output."""
     with log.open("a") as output:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "baselines.cli", *command],
-            cwd=ROOT,
-            env=portable_environment(),
-            stdout=subprocess.PIPE,
-            stderr=output,
-            text=True,
-            pass_fds=(lock,),
-        )
-        _children.add(child)
+        with _children_lock:
+            if _stopping.is_set():
+                raise RuntimeError("the sweep is stopping: no run starts")
+            child = subprocess.Popen(
+                [sys.executable, "-m", "baselines.cli", *command],
+                cwd=ROOT,
+                env=portable_environment(),
+                stdout=subprocess.PIPE,
+                stderr=output,
+                text=True,
+                pass_fds=(lock,),
+            )
+            _children.add(child)
         try:
             printed, _ = child.communicate()
         finally:
-            _children.discard(child)
+            with _children_lock:
+                _children.discard(child)
     return child.returncode, printed
 
 
 def _stop_children() -> None:
-    """A sweep that stops stops its children: a run resumes from its last checkpoint when it runs again."""
-    for child in list(_children):
+    """A sweep that stops stops its children, and starts none after: a run resumes from its last
+    checkpoint when it runs again."""
+    with _children_lock:
+        _stopping.set()
+        running = list(_children)
+    for child in running:
         child.terminate()
-    for child in list(_children):
+    for child in running:
         try:
             child.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -224,14 +237,15 @@ def evaluate_initial(design: Design, seed: int, made: dict[str, Any]) -> Path:
     if target.is_file():
         return target
     with claimed(folder) as lock:
+        if target.is_file():  # another sweep made it while this one waited
+            return target
         check_unchanged(made)
-        evaluated = {"arm": design.evaluating_arm, "seed": seed}
-        atomic_write(folder / PROVENANCE, json.dumps({**made, "evaluated": evaluated}, indent=1, sort_keys=True) + "\n")
-        code, printed = _child(
-            ["eval", *design.arguments(design.evaluating_arm, seed, folder)], folder / "eval.log", lock
-        )
+        settings = design.settings(design.evaluating_arm, seed)
+        code, printed = _child(["eval", *settings, f"output_dir={folder}"], folder / "eval.log", lock)
         if code != 0:
             raise RuntimeError(f"the evaluation before training of seed {seed} failed: see {folder / 'eval.log'}")
+        evaluated = {"arm": design.evaluating_arm, "seed": seed, "settings": settings}
+        atomic_write(folder / PROVENANCE, json.dumps({**made, "evaluated": evaluated}, indent=1, sort_keys=True) + "\n")
         atomic_write(target, json.dumps(json.loads(printed.strip().splitlines()[-1])) + "\n")
     return target
 
@@ -239,13 +253,21 @@ def evaluate_initial(design: Design, seed: int, made: dict[str, Any]) -> Path:
 def train(design: Design, arm: str, seed: int, made: dict[str, Any]) -> Path:
     folder = design.run_folder(arm, seed)
     with claimed(folder) as lock:
-        if not (folder / PROVENANCE).is_file():
+        if steps_done(folder) >= design.steps(arm):
+            return folder
+        if (folder / PROVENANCE).is_file():
+            differing = provenance_differences(json.loads((folder / PROVENANCE).read_text()), made)
+            if differing:
+                raise RuntimeError(
+                    f"{folder.name} was started elsewhere ({'; '.join(differing)}): resuming it here would mix "
+                    "two environments in one run; resume it where it started, or move it away"
+                )
+        else:
             atomic_write(folder / PROVENANCE, json.dumps(made, indent=1, sort_keys=True) + "\n")
-        if steps_done(folder) < design.steps(arm):
-            check_unchanged(made)
-            command = ["train", *design.arguments(arm, seed, folder), "--resume"]
-            if _child(command, folder / "train.log", lock)[0] != 0:
-                raise RuntimeError(f"{folder.name} failed: see {folder / 'train.log'}")
+        check_unchanged(made)
+        command = ["train", *design.arguments(arm, seed, folder), "--resume"]
+        if _child(command, folder / "train.log", lock)[0] != 0:
+            raise RuntimeError(f"{folder.name} failed: see {folder / 'train.log'}")
     return folder
 
 
@@ -255,6 +277,7 @@ def run(design: Design, *, jobs: int = 2, uncommitted: bool = False, progress: b
 
     made = run_provenance()
     check_provenance(design, made, uncommitted=uncommitted)
+    _stopping.clear()
     steps = {arm: design.steps(arm) for arm in design.arms}
     total = sum(steps[arm] for arm, _ in design.runs())
 
@@ -325,6 +348,10 @@ def without_machine_measures(record: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in record.items() if key not in MACHINE_MEASURES}
 
 
+def _evaluates(key: str) -> bool:
+    return key == HELDOUT_SUCCESS or key.startswith(f"{HELDOUT_SUCCESS}/")
+
+
 def _same(recorded: Any, again: Any) -> bool:
     """Bit for bit, where a NaN is the same NaN (JSON keeps no payload)."""
     if isinstance(recorded, float) and isinstance(again, float) and math.isnan(recorded) and math.isnan(again):
@@ -357,11 +384,9 @@ def verify_run(kept: Path, steps: int, *, initial: list[str] | None = None, here
         before = [record for record in whole if record.get("step", 0) <= steps]
         if again and whole and steps < whole[-1].get("step", 0):
             # a run evaluates after its last step: the shortened rerun's last record holds an evaluation
-            # the recorded one made later; what it reports must be what the recorded run reports somewhere
-            reported = {key for record in whole for key in record}
-            last = again[-1]
+            # the recorded run made later, and only that is set aside
             shortened = before[len(again) - 1] if len(before) >= len(again) else {}
-            again[-1] = {key: value for key, value in last.items() if key in shortened or key not in reported}
+            again[-1] = {key: value for key, value in again[-1].items() if key in shortened or not _evaluates(key)}
         for old, new in zip(before, again, strict=False):
             differences += record_differences(f"step {old.get('step')}", old, new)
         if len(before) != len(again):
@@ -374,7 +399,8 @@ def verify_run(kept: Path, steps: int, *, initial: list[str] | None = None, here
                 "evaluation before training", json.loads((kept / INITIAL).read_text()), value
             )
     if differences:
-        beside = "; ".join(provenance_differences(recorded, {**made, "commit": commit or recorded["commit"]}))
+        ran = {**made, "commit": commit} if commit else {**made, **{k: provenance()[k] for k in ("commit", "clean")}}
+        beside = "; ".join(provenance_differences(recorded, ran))
         differences = [f"{kept.name} {line} (provenance differing: {beside or 'none'})" for line in differences]
     return differences
 

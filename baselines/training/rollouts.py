@@ -34,6 +34,10 @@ def rollout_groups(seed: int, step: int, players: list[dict[str, Any]], salt: in
     ]
 
 
+# The metrics an evaluation adds to a step's record: this, and this/SIMULATOR for each simulator.
+HELDOUT_SUCCESS = "heldout_success"
+
+
 def heldout_success(
     config: Any,
     policy: Any,
@@ -51,9 +55,9 @@ def heldout_success(
     for spec in config.eval_simulators:
         players = [{side: policy, partner_side: make_partner(spec)}] * config.eval_tasks
         episodes = play(players, config.eval_samples)
-        results[f"heldout_success/{spec}"] = float(np.mean([e.success(side) for e in episodes]))
+        results[f"{HELDOUT_SUCCESS}/{spec}"] = float(np.mean([e.success(side) for e in episodes]))
         successes.extend(e.success(side) for e in episodes)
-    results["heldout_success"] = float(np.mean(successes)) if successes else float("nan")
+    results[HELDOUT_SUCCESS] = float(np.mean(successes)) if successes else float("nan")
     return results
 
 
