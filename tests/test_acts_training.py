@@ -15,6 +15,7 @@ from baselines.apps.demo import DEFAULT_METHODS, LABELS, DemoSettings, mean_inte
 from baselines.cli import main  # noqa: E402
 from baselines.training.act_policy import ActPolicy, build_act_policy  # noqa: E402
 from baselines.training.config import load_config  # noqa: E402
+from baselines.training.portable import portable_environment  # noqa: E402
 from baselines.training.trainer import Trainer  # noqa: E402
 from scope_envs.core.dialogue import AGENT, USER  # noqa: E402
 from scope_envs.core.failpoints import ENV_VAR  # noqa: E402
@@ -114,10 +115,12 @@ def test_a_family_policy_starts_as_the_family():
 
 
 def run_cli(args, **env):
+    """`scope train` in the portable kernels: a run compared bit for bit with another needs them (without
+    MKL_CBWR, MKL's results may depend on how a process happened to align its arrays)."""
     return subprocess.run(
         [sys.executable, "-m", "baselines.cli", "train", *args],
         cwd=ROOT,
-        env={**os.environ, **env},
+        env=portable_environment({**os.environ, **env}),
         capture_output=True,
         text=True,
         timeout=600,
