@@ -240,11 +240,15 @@ def evaluate_initial(design: Design, seed: int, made: dict[str, Any]) -> Path:
         if target.is_file():  # another sweep made it while this one waited
             return target
         check_unchanged(made)
-        settings = design.settings(design.evaluating_arm, seed)
-        code, printed = _child(["eval", *settings, f"output_dir={folder}"], folder / "eval.log", lock)
+        command = ["eval", *design.arguments(design.evaluating_arm, seed, folder)]
+        code, printed = _child(command, folder / "eval.log", lock)
         if code != 0:
             raise RuntimeError(f"the evaluation before training of seed {seed} failed: see {folder / 'eval.log'}")
-        evaluated = {"arm": design.evaluating_arm, "seed": seed, "settings": settings}
+        evaluated = {
+            "arm": design.evaluating_arm,
+            "seed": seed,
+            "settings": design.settings(design.evaluating_arm, seed),
+        }
         atomic_write(folder / PROVENANCE, json.dumps({**made, "evaluated": evaluated}, indent=1, sort_keys=True) + "\n")
         atomic_write(target, json.dumps(json.loads(printed.strip().splitlines()[-1])) + "\n")
     return target
@@ -399,8 +403,8 @@ def verify_run(kept: Path, steps: int, *, initial: list[str] | None = None, here
                 "evaluation before training", json.loads((kept / INITIAL).read_text()), value
             )
     if differences:
-        ran = {**made, "commit": commit} if commit else {**made, **{k: provenance()[k] for k in ("commit", "clean")}}
-        beside = "; ".join(provenance_differences(recorded, ran))
+        # with --here, the code that ran is this checkout's: its commit stands beside the recorded one
+        beside = "; ".join(provenance_differences(recorded, {**made, "commit": commit or provenance()["commit"]}))
         differences = [f"{kept.name} {line} (provenance differing: {beside or 'none'})" for line in differences]
     return differences
 
