@@ -2,6 +2,7 @@
 portable kernels, keeps them with their provenance, and `verify` reruns kept runs bit for bit and names
 what differs. The design is the exploitation study's, with a tiny random model and two steps."""
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ import yaml
 pytest.importorskip("torch")
 
 from baselines.apps import train_study
-from baselines.apps.train_study import MACHINE_MEASURES, PROVENANCE, Design
+from baselines.apps.train_study import INITIAL_PROVENANCE, MACHINE_MEASURES, PROVENANCE, Design
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["policy=tiny", "max_new_tokens=8", "steps=2", "eval_every=2", "eval_tasks=2", "group_size=2"]
@@ -54,6 +55,8 @@ def test_every_arm_runs_its_steps_with_the_seed_s_step_zero_and_portable_kernels
         made = json.loads((folder / PROVENANCE).read_text())
         assert made["platform"]["mkl_cbwr"] == "COMPATIBLE" and made["platform"]["torch_cpu_capability"] == "DEFAULT"
         assert made["platform"]["torch_threads"] == 1 and made["commit"]
+        initial = json.loads((folder / INITIAL_PROVENANCE).read_text())
+        assert initial == json.loads((kept.out / f"initial-seed{seed}" / PROVENANCE).read_text())
     # two seeds, two steps: the report is interim and says so, with no verdict
     report = (kept.docs / "results.md").read_text()
     assert "**No verdict: " in report and "exploit-seed0: last evaluation at step 2, not 100" in report
@@ -202,3 +205,31 @@ def _clean() -> bool:
 @pytest.mark.skipif(not _clean(), reason="a rerun at the recorded commit needs this checkout's code committed")
 def test_verify_reruns_at_the_recorded_commit_in_a_worktree(kept):
     assert train_study.verify(kept, sample=1, steps=1) == []
+
+
+def test_verify_reruns_the_evaluation_before_training_with_the_settings_that_made_it(kept, tmp_path):
+    """Not with the design's settings of today: the kept record of what made it says how to rerun it."""
+    shutil.copytree(kept.docs / "exploit-seed0", tmp_path / "exploit-seed0")
+    path = tmp_path / "exploit-seed0" / INITIAL_PROVENANCE
+    recorded = json.loads(path.read_text())
+    recorded["evaluated"]["settings"].append("no_such_setting=1")  # made otherwise than the design says
+    path.write_text(json.dumps(recorded))
+    with pytest.raises(RuntimeError, match="no_such_setting"):
+        train_study.verify(dataclasses.replace(kept, docs=tmp_path), sample=1, steps=1, initial=True, here=True)
+
+
+def test_analyze_refuses_an_evaluation_before_training_made_otherwise_than_the_design_asks(kept, tmp_path):
+    """Its numbers would stand as step 0 of runs it was not made for (a design edited after it)."""
+    moved = dataclasses.replace(kept, out=tmp_path / "runs", docs=tmp_path / "docs")
+    shutil.copytree(kept.out, moved.out)
+    path = moved.initial_folder(0) / PROVENANCE
+    recorded = json.loads(path.read_text())
+    recorded["evaluated"]["settings"] = [
+        s.replace("eval_tasks=2", "eval_tasks=1") for s in recorded["evaluated"]["settings"]
+    ]
+    path.write_text(json.dumps(recorded))
+    with pytest.raises(SystemExit, match="evaluation before training of seed 0"):
+        train_study.analyze(moved)
+    path.unlink()
+    with pytest.raises(SystemExit, match=r"seed 0 .* was made with None"):
+        train_study.analyze(moved)

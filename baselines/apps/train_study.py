@@ -19,7 +19,8 @@ out in an empty folder only), a folder whose runs come from another commit, a ch
 while it runs, and a run folder another process holds. `verify` reruns the first `--steps` steps of
 sampled kept runs with the code of the commit each names, in a temporary git worktree, and compares
 every metric but the machine's (time, throughput, disk) bit for bit (with `--initial`, the evaluation
-before training too, with the settings that made it).
+before training too, with the settings and at the commit that made it: `analyze` keeps what made it
+beside each run as `initial_provenance.json`, once it checked those are the settings the design asks for).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from scope_envs.core.files import atomic_write
 ROOT = Path(__file__).resolve().parents[2]
 PROVENANCE = "provenance.json"
 INITIAL = "initial.json"
+INITIAL_PROVENANCE = "initial_provenance.json"  # beside a kept run: what made its seed's evaluation before training
 METRICS = "metrics.jsonl"
 LOCK = ".lock"
 # Measures of the machine, not of the run: time, throughput, and the run folder's size on disk.
@@ -315,18 +317,37 @@ def run(design: Design, *, jobs: int = 2, uncommitted: bool = False, progress: b
 
 
 def analyze(design: Design) -> Path:
-    """Keeps each finished run in the docs (the analysis' `keep`, plus its provenance), then analyses them."""
+    """Keeps each finished run in the docs (the analysis' `keep`, plus its provenance and its seed's
+    evaluation before training's), then analyses them."""
     analysis = importlib.import_module(design.analysis)
     kept = []
     for arm, seed in design.runs():
         folder = design.run_folder(arm, seed)
         if steps_done(folder) < design.steps(arm) or not (folder / INITIAL).is_file():
             raise SystemExit(f"{folder} is not finished: `run` first")
+        initial = initial_provenance(design, seed)
         target = analysis.keep(folder, design.docs / folder.name)
         shutil.copyfile(folder / PROVENANCE, target / PROVENANCE)
+        atomic_write(target / INITIAL_PROVENANCE, json.dumps(initial, indent=1, sort_keys=True) + "\n")
         kept.append(target)
     analysis.main([*map(str, kept), "--out", str(design.docs)])
     return design.docs
+
+
+def initial_provenance(design: Design, seed: int) -> dict[str, Any]:
+    """What made a seed's evaluation before training, refused where its settings are not the ones the
+    design asks for now (a design edited after it, or a folder from another design): its step 0 would
+    not be the runs' step 0."""
+    path = design.initial_folder(seed) / PROVENANCE
+    recorded = json.loads(path.read_text()) if path.is_file() else {}
+    made_with = recorded.get("evaluated", {}).get("settings")
+    wanted = design.settings(design.evaluating_arm, seed)
+    if made_with != wanted:
+        raise SystemExit(
+            f"the evaluation before training of seed {seed} ({path}) was made with {made_with}, the design asks "
+            f"for {wanted}: move {path.parent} away and `run` again to evaluate it with the design's settings"
+        )
+    return recorded
 
 
 # What a rerun at the recorded commit runs: one `scope` command; its reply is what the command printed.
@@ -373,9 +394,9 @@ def record_differences(label: str, recorded: dict[str, Any], again: dict[str, An
     ]
 
 
-def verify_run(kept: Path, steps: int, *, initial: list[str] | None = None, here: bool = False) -> list[str]:
-    """Reruns a kept run's first `steps` steps (and with `initial`, the settings of the evaluation before
-    training, its step 0) and lists what differs."""
+def verify_run(kept: Path, steps: int, *, initial: bool = False, here: bool = False) -> list[str]:
+    """Reruns a kept run's first `steps` steps (and with `initial`, its seed's evaluation before
+    training, its step 0, with the settings and at the commit that made it) and lists what differs."""
     recorded = json.loads((kept / PROVENANCE).read_text())
     commit = None if here else recorded_commit(recorded, str(kept))
     differences = []
@@ -395,9 +416,11 @@ def verify_run(kept: Path, steps: int, *, initial: list[str] | None = None, here
             differences += record_differences(f"step {old.get('step')}", old, new)
         if len(before) != len(again):
             differences.append(f"{len(again)} metric records in the rerun, {len(before)} recorded")
-        if initial is not None:
-            folder = Path(scratch) / "initial"
-            printed, made = rerun(commit, ["eval", *initial, f"output_dir={folder}"], here=here)
+        if initial:
+            evaluated = json.loads((kept / INITIAL_PROVENANCE).read_text())
+            at = None if here else recorded_commit(evaluated, f"{kept.name}'s evaluation before training")
+            command = ["eval", *evaluated["evaluated"]["settings"], f"output_dir={Path(scratch) / 'initial'}"]
+            printed, made = rerun(at, command, here=here)
             value = json.loads(printed.splitlines()[-1])
             differences += record_differences(
                 "evaluation before training", json.loads((kept / INITIAL).read_text()), value
@@ -422,11 +445,7 @@ def verify(
     differences = []
     for index in sorted(chosen):
         started = time.perf_counter()
-        before_training = None
-        if initial:
-            run_seed = yaml.safe_load((kept[index] / "config.yaml").read_text())["seed"]
-            before_training = design.settings(design.evaluating_arm, run_seed)
-        found = verify_run(kept[index], steps, initial=before_training, here=here)
+        found = verify_run(kept[index], steps, initial=initial, here=here)
         differences += found
         state = "identical" if not found else f"{len(found)} differences"
         print(f"reran {kept[index].name}: {state} ({time.perf_counter() - started:.0f} s)", flush=True)
