@@ -389,6 +389,7 @@ def _config(args: argparse.Namespace, *more: str) -> TrainConfig:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from baselines.training.rollouts import HELDOUT_SUCCESS
     from baselines.training.trainer import Trainer
 
     config = _config(args, *([f"ray_address={args.ray}"] if args.ray else []))
@@ -401,7 +402,7 @@ def _train(args: argparse.Namespace) -> int:
     last = history[-1] if history else {}
     print(
         f"run: {config.output_dir}  steps: {len(history)}  final reward: {last.get('reward_mean', float('nan')):.3f}  "
-        f"held-out success: {last.get('heldout_success', float('nan')):.3f}"
+        f"held-out success: {last.get(HELDOUT_SUCCESS, float('nan')):.3f}"
     )
     print(f"metrics: {config.output_dir}/metrics.jsonl  curves: {config.output_dir}/curves.png")
     if config.about:

@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 import yaml
 
+from baselines.training.rollouts import HELDOUT_SUCCESS
+
 PROVENANCE = "kernels.json"  # what the runs computed with, beside summary.json (which holds only results)
 STUDY = "collapse_v1"  # the shipped study of that name (`scope_envs/<benchmark>/studies/collapse_v1.yaml`)
 
@@ -278,7 +280,7 @@ def mean_interval(values: list[float]) -> tuple[float, float]:
 
 def heldout_key(target: str | None) -> str:
     """The metric of the held-out target: the target simulator's success, else the panel's mean."""
-    return f"heldout_success/{target}" if target else "heldout_success"
+    return f"{HELDOUT_SUCCESS}/{target}" if target else HELDOUT_SUCCESS
 
 
 def final_values(history: list[dict[str, Any]], tail: int, target: str | None = None) -> dict[str, float]:
@@ -286,9 +288,9 @@ def final_values(history: list[dict[str, Any]], tail: int, target: str | None = 
     members, `panel_success`) at its last evaluation; training reward, success and entropy over its
     last `tail` steps; a population's last pool diversity."""
     last = history[-tail:]
-    evaluated = [r for r in history if "heldout_success" in r][-1]
-    values = {"heldout_success": float(evaluated[heldout_key(target)])}
-    panel = [v for k, v in evaluated.items() if k.startswith("heldout_success/") and k != heldout_key(target)]
+    evaluated = [r for r in history if HELDOUT_SUCCESS in r][-1]
+    values = {HELDOUT_SUCCESS: float(evaluated[heldout_key(target)])}
+    panel = [v for k, v in evaluated.items() if k.startswith(f"{HELDOUT_SUCCESS}/") and k != heldout_key(target)]
     if target and panel:  # no NaN where there is no panel: a rerun's NaN would never equal the record's
         values["panel_success"] = float(np.mean(panel))
     values.update(
@@ -311,7 +313,7 @@ def summarize(finals: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, 
 
 def outcomes_by_arm(finals: dict[str, list[dict[str, float]]]) -> dict[str, list[float]]:
     """Held-out success of every arm, in seed order."""
-    return {method: [f["heldout_success"] for f in runs] for method, runs in finals.items()}
+    return {method: [f[HELDOUT_SUCCESS] for f in runs] for method, runs in finals.items()}
 
 
 def _cell(value: tuple[float, float], digits: int = 3) -> str:
@@ -510,7 +512,7 @@ def write_report(
     for method, values in summary.items():
         panel = f" {_cell(values['panel_success'])} |" if panel_column else ""
         lines.append(
-            f"| {LABELS[method]} | {_cell(values['heldout_success'])} |{panel} {_cell(values['train_reward'])} | "
+            f"| {LABELS[method]} | {_cell(values[HELDOUT_SUCCESS])} |{panel} {_cell(values['train_reward'])} | "
             f"{_cell(values['train_success'])} | {_cell(values['entropy'], 2)} |"
         )
     blank = " |" if panel_column else ""

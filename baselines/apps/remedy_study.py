@@ -44,6 +44,7 @@ from baselines.apps.verdicts import (
     seeds_for_power,
     untestable_reason,
 )
+from baselines.training.rollouts import HELDOUT_SUCCESS
 from scope_envs.core.jsonable import finite_or_null
 from scope_envs.core.stats import holm
 
@@ -128,7 +129,7 @@ def outcomes(out: Path, testbed: Testbed, arms: tuple[str, ...], seeds: tuple[in
 
 
 def success(finals: dict[str, list[dict]]) -> dict[str, list[float]]:
-    return {arm: [f["heldout_success"] for f in runs] for arm, runs in finals.items()}
+    return {arm: [f[HELDOUT_SUCCESS] for f in runs] for arm, runs in finals.items()}
 
 
 # ---- the pilot and the power analysis ------------------------------------------------------------
@@ -200,7 +201,7 @@ def analyze(out: Path, docs: Path) -> Path:
             "checks": check.as_dict(),
             "fidelity": fidelity,
             "verdicts": {v.remedy: v.as_dict() for v in verdicts},
-            "arms": {arm: mean_interval([f["heldout_success"] for f in runs]) for arm, runs in found[name].items()},
+            "arms": {arm: mean_interval([f[HELDOUT_SUCCESS] for f in runs]) for arm, runs in found[name].items()},
         }
     docs.mkdir(parents=True, exist_ok=True)
     plot_effects(record, docs / "effects.png")
@@ -265,7 +266,7 @@ def _check_table(checks: ManipulationChecks, finals: dict[str, list[dict]]) -> l
     lines = [
         "| arm | held-out success (mean ± 95% CI) |",
         "|---|---|",
-        *(f"| {LABELS[arm]} | {_interval([f['heldout_success'] for f in runs])} |" for arm, runs in finals.items()),
+        *(f"| {LABELS[arm]} | {_interval([f[HELDOUT_SUCCESS] for f in runs])} |" for arm, runs in finals.items()),
         "",
         f"Manipulation checks (G {'confirmed' if checks.confirmed else '**not confirmed**'}):",
         "",

@@ -37,6 +37,7 @@ from baselines.apps.provenance import (
     run_at_commit,
 )
 from baselines.training.portable import kernels_in_use, portable_pool
+from baselines.training.rollouts import HELDOUT_SUCCESS
 
 # The design, as pre-registered: cells, arms, seeds, and the decision rule's constants.
 GAMMAS = (1.0, 3.0, 10.0)
@@ -181,7 +182,7 @@ def pilot_control(out: Path) -> dict[str, dict[str, float]]:
         single, heldout = (load_finals(out, cell, arm, PILOT_SEEDS) for arm in CONTROL_ARMS)
         if len(single) < len(PILOT_SEEDS) or len(heldout) < len(PILOT_SEEDS):
             continue
-        gap = paired_t_test([h["heldout_success"] for h in heldout], [s["heldout_success"] for s in single])
+        gap = paired_t_test([h[HELDOUT_SUCCESS] for h in heldout], [s[HELDOUT_SUCCESS] for s in single])
         mde = minimum_detectable_effect(gap.sd, len(SEEDS), alpha=ALPHA / confirmatory_tests(), power=POWER)
         table[cell.name] = {
             **gap.as_dict(),
@@ -224,9 +225,9 @@ def remedy_tests(out: Path, cells: list[Cell]) -> list[Test]:
 
     tests = []
     for cell in cells:
-        single = [f["heldout_success"] for f in load_finals(out, cell, "single", SEEDS)]
+        single = [f[HELDOUT_SUCCESS] for f in load_finals(out, cell, "single", SEEDS)]
         for remedy in REMEDIES:
-            values = [f["heldout_success"] for f in load_finals(out, cell, remedy, SEEDS)]
+            values = [f[HELDOUT_SUCCESS] for f in load_finals(out, cell, remedy, SEEDS)]
             if len(values) == len(single) == len(SEEDS):
                 tests.append(Test(cell, remedy, paired_t_test(values, single)))
     return [replace(t, adjusted_p=p) for t, p in zip(tests, holm([t.result.p_value for t in tests]))]
@@ -293,9 +294,9 @@ def write_results(out: Path, docs: Path) -> Path:
         ]
         for cell in qualifying:
             finals = {arm: load_finals(out, cell, arm, SEEDS) for arm in ARMS}
-            gap = paired_t_test(*([f["heldout_success"] for f in finals[a]] for a in ("heldout", "single")))
+            gap = paired_t_test(*([f[HELDOUT_SUCCESS] for f in finals[a]] for a in ("heldout", "single")))
             for arm in ARMS:
-                population = _interval([v["heldout_success"] for v in finals[arm]])
+                population = _interval([v[HELDOUT_SUCCESS] for v in finals[arm]])
                 panel = _interval([v["panel_success"] for v in finals[arm]])
                 lines.append(
                     f"| {cell.gamma:g} | {cell.spread:g} | {LABELS[arm]} | {population} | {panel} | "
@@ -352,7 +353,7 @@ def follow_up_lines(out: Path) -> tuple[list[str], dict[str, Any]]:
     if any(len(v) < len(seeds) for v in finals.values()):
         done = {arm: len(v) for arm, v in finals.items()}
         return [f"The follow-up is incomplete ({done} of {len(seeds)} seeds per arm): not analysed."], {}
-    success = {arm: [f["heldout_success"] for f in v] for arm, v in finals.items()}
+    success = {arm: [f[HELDOUT_SUCCESS] for f in v] for arm, v in finals.items()}
     gap = paired_t_test(success["heldout"], success["single"])
     confirmed = gap.difference > 0 and gap.p_value < ALPHA
     lines = [

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from baselines.training.rollouts import HELDOUT_SUCCESS
+
 
 def plot_curves(history: list[dict[str, Any]], output: Path) -> list[Path]:
     """Training reward vs held-out success, and policy entropy, over steps."""
@@ -18,8 +20,8 @@ def plot_curves(history: list[dict[str, Any]], output: Path) -> list[Path]:
     steps = [r["step"] for r in history]
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     left.plot(steps, [r["reward_mean"] for r in history], label="training reward")
-    evaluated = [r for r in history if "heldout_success" in r]
-    left.plot([r["step"] for r in evaluated], [r["heldout_success"] for r in evaluated], "o-", label="held-out success")
+    evaluated = [r for r in history if HELDOUT_SUCCESS in r]
+    left.plot([r["step"] for r in evaluated], [r[HELDOUT_SUCCESS] for r in evaluated], "o-", label="held-out success")
     left.set_xlabel("step")
     left.set_ylabel("reward / success rate")
     left.legend()
