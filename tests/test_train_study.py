@@ -228,8 +228,30 @@ def test_analyze_refuses_an_evaluation_before_training_made_otherwise_than_the_d
         s.replace("eval_tasks=2", "eval_tasks=1") for s in recorded["evaluated"]["settings"]
     ]
     path.write_text(json.dumps(recorded))
-    with pytest.raises(SystemExit, match="evaluation before training of seed 0"):
+    with pytest.raises(SystemExit, match=r"seed 0's evaluation before training .* \(eval_tasks 1 \(the design: 2\)\)"):
         train_study.analyze(moved)
     path.unlink()
-    with pytest.raises(SystemExit, match=r"seed 0 .* was made with None"):
+    with pytest.raises(SystemExit, match="nothing records the settings of seed 0's evaluation before training"):
         train_study.analyze(moved)
+    assert not moved.docs.exists()
+
+
+def test_analyze_refuses_a_run_trained_otherwise_than_the_design_asks_and_keeps_none(kept, tmp_path):
+    """A finished run is not trained again: a design edited after it would pair it with another step 0.
+    The refusal comes before any run is kept, so the docs are as they were."""
+    moved = dataclasses.replace(kept, out=tmp_path / "runs", docs=tmp_path / "docs")
+    shutil.copytree(kept.out, moved.out)
+    config = moved.run_folder("ceiling", 0) / "config.yaml"  # the last run the analysis reaches
+    config.write_text(config.read_text().replace("lr: 2.0e-05", "lr: 3.0e-05"))
+    with pytest.raises(
+        SystemExit, match=r"ceiling-seed0 was made with other settings .*\(lr 3e-05 \(the design: 2e-05\)\)"
+    ):
+        train_study.analyze(moved)
+    assert not moved.docs.exists()
+
+
+def test_verify_initial_refuses_a_run_kept_without_its_step_zero_record_before_rerunning_anything(kept, tmp_path):
+    shutil.copytree(kept.docs / "exploit-seed0", tmp_path / "exploit-seed0")
+    (tmp_path / "exploit-seed0" / INITIAL_PROVENANCE).unlink()
+    with pytest.raises(SystemExit, match=r"no initial_provenance\.json .* `analyze` again"):
+        train_study.verify_run(tmp_path / "exploit-seed0", 2, initial=True, here=True)

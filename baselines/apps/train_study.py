@@ -318,35 +318,68 @@ def run(design: Design, *, jobs: int = 2, uncommitted: bool = False, progress: b
 
 def analyze(design: Design) -> Path:
     """Keeps each finished run in the docs (the analysis' `keep`, plus its provenance and its seed's
-    evaluation before training's), then analyses them."""
+    evaluation before training's), then analyses them. Every run is checked before any is kept, so a
+    refusal leaves the docs as they were."""
     analysis = importlib.import_module(design.analysis)
+    initial = {seed: initial_provenance(design, seed) for seed in design.seeds}
+    for arm, seed in design.runs():
+        check_made_as_designed(design, arm, seed)
     kept = []
     for arm, seed in design.runs():
         folder = design.run_folder(arm, seed)
-        if steps_done(folder) < design.steps(arm) or not (folder / INITIAL).is_file():
-            raise SystemExit(f"{folder} is not finished: `run` first")
-        initial = initial_provenance(design, seed)
         target = analysis.keep(folder, design.docs / folder.name)
         shutil.copyfile(folder / PROVENANCE, target / PROVENANCE)
-        atomic_write(target / INITIAL_PROVENANCE, json.dumps(initial, indent=1, sort_keys=True) + "\n")
+        atomic_write(target / INITIAL_PROVENANCE, json.dumps(initial[seed], indent=1, sort_keys=True) + "\n")
         kept.append(target)
     analysis.main([*map(str, kept), "--out", str(design.docs)])
     return design.docs
 
 
+def design_differences(design: Design, arm: str, seed: int, recorded: dict[str, Any]) -> list[str]:
+    """The settings that change what a run computes (`resume_changes`) in which a recorded config, a
+    run's or an evaluation's, differs from what the design asks for at (arm, seed)."""
+    from baselines.training.config import load_config, resume_changes
+
+    config, *overrides = design.settings(arm, seed)
+    changes = resume_changes(recorded, load_config(config, overrides))
+    return [f"{key} {old!r} (the design: {new!r})" for key, (old, new) in changes.items()]
+
+
+def _not_the_design(what: str, differences: list[str], design: Design) -> SystemExit:
+    return SystemExit(
+        f"{what} was made with other settings than the design asks for ({'; '.join(differences)}): a study's runs "
+        f"and their step 0 come from one design; analyze at the commit that made them, or move {design.out} away "
+        "and run the whole sweep again"
+    )
+
+
+def check_made_as_designed(design: Design, arm: str, seed: int) -> None:
+    """A run is finished, has its step 0, and was trained with the design's settings."""
+    folder = design.run_folder(arm, seed)
+    if steps_done(folder) < design.steps(arm) or not (folder / INITIAL).is_file():
+        raise SystemExit(f"{folder} is not finished: `run` first")
+    differences = design_differences(design, arm, seed, yaml.safe_load((folder / "config.yaml").read_text()))
+    if differences:
+        raise _not_the_design(str(folder), differences, design)
+
+
 def initial_provenance(design: Design, seed: int) -> dict[str, Any]:
-    """What made a seed's evaluation before training, refused where its settings are not the ones the
-    design asks for now (a design edited after it, or a folder from another design): its step 0 would
-    not be the runs' step 0."""
+    """What made a seed's evaluation before training, refused where it records no settings or other
+    settings than the design asks for (a design edited after it): its step 0 would not be the runs'."""
+    from baselines.training.config import load_config, saved_values
+
     path = design.initial_folder(seed) / PROVENANCE
     recorded = json.loads(path.read_text()) if path.is_file() else {}
-    made_with = recorded.get("evaluated", {}).get("settings")
-    wanted = design.settings(design.evaluating_arm, seed)
-    if made_with != wanted:
+    settings = recorded.get("evaluated", {}).get("settings")
+    if not settings:
         raise SystemExit(
-            f"the evaluation before training of seed {seed} ({path}) was made with {made_with}, the design asks "
-            f"for {wanted}: move {path.parent} away and `run` again to evaluate it with the design's settings"
+            f"nothing records the settings of seed {seed}'s evaluation before training ({path} is missing or "
+            f"older than such records): move {path.parent} away and `run` again to evaluate it"
         )
+    made_with = saved_values(load_config(settings[0], settings[1:]))
+    differences = design_differences(design, design.evaluating_arm, seed, made_with)
+    if differences:
+        raise _not_the_design(f"seed {seed}'s evaluation before training ({path})", differences, design)
     return recorded
 
 
@@ -399,6 +432,20 @@ def verify_run(kept: Path, steps: int, *, initial: bool = False, here: bool = Fa
     training, its step 0, with the settings and at the commit that made it) and lists what differs."""
     recorded = json.loads((kept / PROVENANCE).read_text())
     commit = None if here else recorded_commit(recorded, str(kept))
+    if initial:  # checked before any rerun: a run kept without it fails at once, not after its steps
+        path = kept / INITIAL_PROVENANCE
+        if not path.is_file():
+            raise SystemExit(f"{kept} has no {INITIAL_PROVENANCE} (kept before analyze kept it): `analyze` again")
+        evaluated = json.loads(path.read_text())
+        initial_commit = None if here else recorded_commit(evaluated, f"{kept.name}'s evaluation before training")
+    checkout = provenance()["commit"] if here else None  # with --here, the code that ran is this checkout's
+
+    def explained(lines: list[str], recorded: dict[str, Any], made: dict[str, Any], commit: str | None) -> list[str]:
+        if not lines:
+            return []
+        beside = "; ".join(provenance_differences(recorded, {**made, "commit": commit or checkout}))
+        return [f"{kept.name} {line} (provenance differing: {beside or 'none'})" for line in lines]
+
     differences = []
     with tempfile.TemporaryDirectory() as scratch:
         output = Path(scratch) / "run"
@@ -412,23 +459,18 @@ def verify_run(kept: Path, steps: int, *, initial: bool = False, here: bool = Fa
             # the recorded run made later, and only that is set aside
             shortened = before[len(again) - 1] if len(before) >= len(again) else {}
             again[-1] = {key: value for key, value in again[-1].items() if key in shortened or not _evaluates(key)}
+        found = []
         for old, new in zip(before, again, strict=False):
-            differences += record_differences(f"step {old.get('step')}", old, new)
+            found += record_differences(f"step {old.get('step')}", old, new)
         if len(before) != len(again):
-            differences.append(f"{len(again)} metric records in the rerun, {len(before)} recorded")
+            found.append(f"{len(again)} metric records in the rerun, {len(before)} recorded")
+        differences += explained(found, recorded, made, commit)
         if initial:
-            evaluated = json.loads((kept / INITIAL_PROVENANCE).read_text())
-            at = None if here else recorded_commit(evaluated, f"{kept.name}'s evaluation before training")
             command = ["eval", *evaluated["evaluated"]["settings"], f"output_dir={Path(scratch) / 'initial'}"]
-            printed, made = rerun(at, command, here=here)
+            printed, made = rerun(initial_commit, command, here=here)
             value = json.loads(printed.splitlines()[-1])
-            differences += record_differences(
-                "evaluation before training", json.loads((kept / INITIAL).read_text()), value
-            )
-    if differences:
-        # with --here, the code that ran is this checkout's: its commit stands beside the recorded one
-        beside = "; ".join(provenance_differences(recorded, {**made, "commit": commit or provenance()["commit"]}))
-        differences = [f"{kept.name} {line} (provenance differing: {beside or 'none'})" for line in differences]
+            found = record_differences("evaluation before training", json.loads((kept / INITIAL).read_text()), value)
+            differences += explained(found, evaluated, made, initial_commit)
     return differences
 
 
