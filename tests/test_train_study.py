@@ -241,17 +241,51 @@ def test_analyze_refuses_a_run_trained_otherwise_than_the_design_asks_and_keeps_
     The refusal comes before any run is kept, so the docs are as they were."""
     moved = dataclasses.replace(kept, out=tmp_path / "runs", docs=tmp_path / "docs")
     shutil.copytree(kept.out, moved.out)
-    config = moved.run_folder("ceiling", 0) / "config.yaml"  # the last run the analysis reaches
-    config.write_text(config.read_text().replace("lr: 2.0e-05", "lr: 3.0e-05"))
+    last = moved.run_folder(*moved.runs()[-1])  # the last run the analysis reaches
+    (last / "config.yaml").write_text((last / "config.yaml").read_text().replace("lr: 2.0e-05", "lr: 3.0e-05"))
     with pytest.raises(
-        SystemExit, match=r"ceiling-seed0 was made with other settings .*\(lr 3e-05 \(the design: 2e-05\)\)"
+        SystemExit, match=rf"{last.name} was made with other settings .*\(lr 3e-05 \(the design: 2e-05\)\)"
     ):
         train_study.analyze(moved)
     assert not moved.docs.exists()
 
 
-def test_verify_initial_refuses_a_run_kept_without_its_step_zero_record_before_rerunning_anything(kept, tmp_path):
+def test_verify_initial_refuses_a_run_kept_without_its_step_zero_record_before_rerunning_anything(
+    kept, tmp_path, monkeypatch
+):
     shutil.copytree(kept.docs / "exploit-seed0", tmp_path / "exploit-seed0")
     (tmp_path / "exploit-seed0" / INITIAL_PROVENANCE).unlink()
+
+    def rerun(*args, **kwargs):
+        raise AssertionError("a rerun started before the kept run's records were checked")
+
+    monkeypatch.setattr(train_study, "rerun", rerun)
     with pytest.raises(SystemExit, match=r"no initial_provenance\.json .* `analyze` again"):
         train_study.verify_run(tmp_path / "exploit-seed0", 2, initial=True, here=True)
+
+
+def test_analyze_of_a_sweep_not_run_yet_says_run_first(tmp_path):
+    design = Design.load(tiny_design(tmp_path))
+    with pytest.raises(SystemExit, match="is not finished: `run` first"):
+        train_study.analyze(design)
+
+
+def test_analyze_refuses_a_run_trained_longer_than_the_design_asks(kept, tmp_path):
+    """`steps` may change on a resume, so a resume's comparison leaves it out; a kept run may not."""
+    moved = dataclasses.replace(kept, out=tmp_path / "runs", docs=tmp_path / "docs")
+    shutil.copytree(kept.out, moved.out)
+    config = moved.run_folder("exploit", 0) / "config.yaml"
+    config.write_text(config.read_text().replace("steps: 2\n", "steps: 3\n"))
+    with pytest.raises(SystemExit, match=r"exploit-seed0 was made with other settings .*\(steps 3 \(the design: 2\)\)"):
+        train_study.analyze(moved)
+
+
+def test_analyze_refuses_a_step_zero_record_this_checkout_cannot_read(kept, tmp_path):
+    moved = dataclasses.replace(kept, out=tmp_path / "runs", docs=tmp_path / "docs")
+    shutil.copytree(kept.out, moved.out)
+    path = moved.initial_folder(0) / PROVENANCE
+    recorded = json.loads(path.read_text())
+    recorded["evaluated"]["settings"].append("a_key_renamed_since=1")
+    path.write_text(json.dumps(recorded))
+    with pytest.raises(SystemExit, match=r"records settings this checkout cannot read .*a_key_renamed_since"):
+        train_study.analyze(moved)

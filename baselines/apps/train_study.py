@@ -109,10 +109,15 @@ class Design:
         """The arm whose config evaluates each seed before training, for every arm."""
         return next(iter(self.arms))
 
-    def steps(self, arm: str) -> int:
+    def config(self, arm: str, seed: int) -> Any:
+        """The training config of one run, as `scope train` reads its settings."""
         from baselines.training.config import load_config
 
-        return load_config(self.arms[arm]["config"], [*self.overrides, *self.arms[arm]["overrides"]]).steps
+        config, *overrides = self.settings(arm, seed)
+        return load_config(config, overrides)
+
+    def steps(self, arm: str) -> int:
+        return self.config(arm, self.seeds[0]).steps
 
     def run_folder(self, arm: str, seed: int) -> Path:
         return self.out / f"{arm}-seed{seed}"
@@ -321,9 +326,13 @@ def analyze(design: Design) -> Path:
     evaluation before training's), then analyses them. Every run is checked before any is kept, so a
     refusal leaves the docs as they were."""
     analysis = importlib.import_module(design.analysis)
+    for arm, seed in design.runs():
+        folder = design.run_folder(arm, seed)
+        if steps_done(folder) < design.steps(arm) or not (folder / INITIAL).is_file():
+            raise SystemExit(f"{folder} is not finished: `run` first")
     initial = {seed: initial_provenance(design, seed) for seed in design.seeds}
     for arm, seed in design.runs():
-        check_made_as_designed(design, arm, seed)
+        check_trained_as_designed(design, arm, seed)
     kept = []
     for arm, seed in design.runs():
         folder = design.run_folder(arm, seed)
@@ -336,12 +345,15 @@ def analyze(design: Design) -> Path:
 
 
 def design_differences(design: Design, arm: str, seed: int, recorded: dict[str, Any]) -> list[str]:
-    """The settings that change what a run computes (`resume_changes`) in which a recorded config, a
-    run's or an evaluation's, differs from what the design asks for at (arm, seed)."""
-    from baselines.training.config import load_config, resume_changes
+    """The settings in which a recorded config, a run's or an evaluation's, differs from what the
+    design asks for at (arm, seed): those that change what a step computes (`resume_changes`), and
+    the number of steps (a run trained longer would be kept as if it were the design's)."""
+    from baselines.training.config import resume_changes
 
-    config, *overrides = design.settings(arm, seed)
-    changes = resume_changes(recorded, load_config(config, overrides))
+    wanted = design.config(arm, seed)
+    changes = resume_changes(recorded, wanted)
+    if recorded.get("steps") != wanted.steps:
+        changes["steps"] = (recorded.get("steps"), wanted.steps)
     return [f"{key} {old!r} (the design: {new!r})" for key, (old, new) in changes.items()]
 
 
@@ -353,19 +365,25 @@ def _not_the_design(what: str, differences: list[str], design: Design) -> System
     )
 
 
-def check_made_as_designed(design: Design, arm: str, seed: int) -> None:
-    """A run is finished, has its step 0, and was trained with the design's settings."""
+def check_trained_as_designed(design: Design, arm: str, seed: int) -> None:
+    """A finished run was trained with the design's settings, as its saved config records them."""
+    from baselines.training.run import Run
+
     folder = design.run_folder(arm, seed)
-    if steps_done(folder) < design.steps(arm) or not (folder / INITIAL).is_file():
-        raise SystemExit(f"{folder} is not finished: `run` first")
-    differences = design_differences(design, arm, seed, yaml.safe_load((folder / "config.yaml").read_text()))
+    recorded = Run(folder, design.config(arm, seed)).recorded_config()
+    if recorded is None:
+        raise SystemExit(f"{folder} records no config (no config.yaml, no readable checkpoint): `run` it again")
+    differences = design_differences(design, arm, seed, recorded)
     if differences:
         raise _not_the_design(str(folder), differences, design)
 
 
 def initial_provenance(design: Design, seed: int) -> dict[str, Any]:
     """What made a seed's evaluation before training, refused where it records no settings or other
-    settings than the design asks for (a design edited after it): its step 0 would not be the runs'."""
+    settings than the design asks for (a design edited after it): its step 0 would not be the runs'.
+    The settings name configs, read as this checkout has them; an edit inside a config file since is
+    caught on the evaluating arm's runs, whose saved configs are compared and whose commit is the
+    evaluation's (a sweep refuses to mix commits)."""
     from baselines.training.config import load_config, saved_values
 
     path = design.initial_folder(seed) / PROVENANCE
@@ -374,9 +392,15 @@ def initial_provenance(design: Design, seed: int) -> dict[str, Any]:
     if not settings:
         raise SystemExit(
             f"nothing records the settings of seed {seed}'s evaluation before training ({path} is missing or "
-            f"older than such records): move {path.parent} away and `run` again to evaluate it"
+            f"was made before such records): move {path.parent} away and `run` again to evaluate it"
         )
-    made_with = saved_values(load_config(settings[0], settings[1:]))
+    try:
+        made_with = saved_values(load_config(settings[0], settings[1:]))
+    except ValueError as error:  # a key or a config renamed since, a value no longer valid
+        raise SystemExit(
+            f"seed {seed}'s evaluation before training ({path}) records settings this checkout cannot read "
+            f"({error}): analyze at the commit that made it, or move {design.out} away and run the whole sweep again"
+        ) from None
     differences = design_differences(design, design.evaluating_arm, seed, made_with)
     if differences:
         raise _not_the_design(f"seed {seed}'s evaluation before training ({path})", differences, design)
@@ -435,15 +459,17 @@ def verify_run(kept: Path, steps: int, *, initial: bool = False, here: bool = Fa
     if initial:  # checked before any rerun: a run kept without it fails at once, not after its steps
         path = kept / INITIAL_PROVENANCE
         if not path.is_file():
-            raise SystemExit(f"{kept} has no {INITIAL_PROVENANCE} (kept before analyze kept it): `analyze` again")
+            raise SystemExit(
+                f"{kept} has no {INITIAL_PROVENANCE} (kept by an older analyze, which did not keep it): `analyze` again"
+            )
         evaluated = json.loads(path.read_text())
         initial_commit = None if here else recorded_commit(evaluated, f"{kept.name}'s evaluation before training")
     checkout = provenance()["commit"] if here else None  # with --here, the code that ran is this checkout's
 
-    def explained(lines: list[str], recorded: dict[str, Any], made: dict[str, Any], commit: str | None) -> list[str]:
+    def explained(lines: list[str], record: dict[str, Any], rerun_made: dict[str, Any], at: str | None) -> list[str]:
         if not lines:
             return []
-        beside = "; ".join(provenance_differences(recorded, {**made, "commit": commit or checkout}))
+        beside = "; ".join(provenance_differences(record, {**rerun_made, "commit": at or checkout}))
         return [f"{kept.name} {line} (provenance differing: {beside or 'none'})" for line in lines]
 
     differences = []
