@@ -289,3 +289,57 @@ def test_analyze_refuses_a_step_zero_record_this_checkout_cannot_read(kept, tmp_
     path.write_text(json.dumps(recorded))
     with pytest.raises(SystemExit, match=r"records settings this checkout cannot read .*a_key_renamed_since"):
         train_study.analyze(moved)
+
+
+def test_a_sweep_sent_sigterm_stops_its_children(tmp_path):
+    """As on Ctrl-C: a child left training would hold its folder's lock and write on after the sweep."""
+    import os
+    import signal
+    import time
+
+    design = tiny_design(tmp_path)
+    spec = yaml.safe_load(design.read_text())
+    spec["overrides"] = [*spec["overrides"], "steps=200"]  # long enough to be stopped in the middle
+    design.write_text(yaml.safe_dump(spec))
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "baselines.apps.train_study", "run", str(design), "--uncommitted", "--jobs", "1"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    tasks = Path(f"/proc/{sweep.pid}/task")  # a run's child is started by one of the sweep's threads
+    try:
+        deadline = time.monotonic() + 300
+        children: list[int] = []
+        while not children and time.monotonic() < deadline and sweep.poll() is None:
+            time.sleep(0.5)
+            found = [pid for task in tasks.glob("*/children") for pid in _read(task).split()]
+            children = [int(pid) for pid in found if b"baselines.cli\x00train" in _command_line(int(pid))]
+        assert children, "the sweep started no training run"
+        sweep.send_signal(signal.SIGTERM)
+        assert sweep.wait(timeout=120) != 0
+        # the sweep waits for its children before it exits: none is left at that moment (a sweep that
+        # died alone leaves its child mid-step, to train on until it next writes to the closed pipe)
+        alive = [pid for pid in children if _command_line(pid)]
+        assert not alive, f"children {alive} train on after their sweep stopped"
+    finally:
+        for pid in (sweep.pid, *children):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        sweep.wait()
+
+
+def _command_line(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:  # a thread that ended while the test looked
+        return ""

@@ -32,6 +32,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -520,6 +521,12 @@ def verify(
     return differences
 
 
+def stop_on_sigterm() -> None:
+    """A sweep sent SIGTERM (`kill`, a job scheduler) stops as on Ctrl-C, its children with it, rather
+    than dying alone and leaving them to train on as orphans that hold their folders' locks."""
+    signal.signal(signal.SIGTERM, lambda number, _: sys.exit(128 + number))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m baselines.apps.train_study", description=__doc__.split("\n")[0])
     parser.add_argument("action", choices=["run", "analyze", "verify"])
@@ -536,6 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     design = Design.load(args.design)
     if args.action == "run":
+        stop_on_sigterm()
         folders = run(design, jobs=args.jobs, uncommitted=args.uncommitted)
         print(f"{len(folders)} runs finished under {design.out}")
     elif args.action == "analyze":
